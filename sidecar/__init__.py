@@ -1,0 +1,3 @@
+"""vllm-sidecar: a profiling sidecar for vLLM servers."""
+
+__version__ = "0.1.0"

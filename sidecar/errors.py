@@ -1,0 +1,48 @@
+"""The error hierarchy. Exit codes are decided in exactly one place: `exit_code`.
+
+Every message names the fix, so an operator reading a journal line knows what to do.
+"""
+
+from __future__ import annotations
+
+
+class SidecarError(Exception):
+    """An error the operator can act on. The message says how."""
+
+    exit_code = 1
+
+
+class ConfigError(SidecarError):
+    """A bad flag, config file or rules file."""
+
+    exit_code = 2
+
+
+class InputError(SidecarError):
+    """An input file that cannot be read at all."""
+
+    exit_code = 3
+
+
+class AttachError(SidecarError):
+    """The target cannot be found or attached to (missing PID, not Python, ptrace refused)."""
+
+    exit_code = 4
+
+
+class SamplerError(SidecarError):
+    """py-spy is missing or failed in a way that no retry will fix."""
+
+    exit_code = 5
+
+
+class OutputError(SidecarError):
+    """A snapshot could not be written (disk full, permissions)."""
+
+    exit_code = 6
+
+
+def exit_code(error: BaseException) -> int:
+    if isinstance(error, SidecarError):
+        return error.exit_code
+    return 70  # EX_SOFTWARE: a bug in the sidecar, not an operator error

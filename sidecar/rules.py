@@ -1,0 +1,269 @@
+"""The phase rules: `configs/phases.yaml` parsed and validated once into an immutable rule set.
+
+Rules are data (STYLE.md, point 3): when vLLM renames a function, the YAML changes and this
+module does not. Every error names the rule and the key at fault.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from sidecar.errors import ConfigError
+from sidecar.records import Frame, Phase, Role, Stage
+
+RULES_FILENAME = "phases.yaml"
+_E = TypeVar("_E", bound=Enum)
+
+
+class RuleKind(str, Enum):
+    PHASE = "phase"  # the innermost matching frame decides the phase
+    WAIT = "wait"  # a waiting primitive: what it waits for decides (PHASES.md, "How to decide" 2)
+    SKIP = "skip"  # a wrapper, passed over when looking for the innermost frame
+    STAGE = "stage"  # only tells prefill from decode, anywhere in the stack
+
+
+_SPEC_KEYS = frozenset(
+    {"function", "function_re", "file", "native", "under", "parents", "waiting_only", "leaf", "stage"}
+)
+_RULE_KEYS = frozenset(
+    {"name", "kind", "phase", "waiting_phase", "stage", "anywhere", "versions", "match"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class FrameSpec:
+    """What one frame must look like, and the context it must sit in."""
+
+    functions: frozenset[str] | None  # None: any function
+    function_re: re.Pattern[str] | None
+    file_glob: str | None  # None: any file
+    native: bool | None
+    under: tuple[FrameSpec, ...] = ()  # some frame root-ward matches one of these
+    parents: tuple[FrameSpec, ...] = ()  # the next non-skip frames root-ward, in order
+    waiting_only: bool = False  # only as the context of a waiting primitive
+    leaf: bool = False  # only as the innermost non-skip frame
+    stage: Stage | None = None
+
+    def matches_frame(self, frame: Frame) -> bool:
+        if self.native is not None and frame.native != self.native:
+            return False
+        if self.functions is not None and frame.function not in self.functions:
+            return False
+        if self.function_re is not None and not self.function_re.search(frame.function):
+            return False
+        return self.file_glob is None or path_matches(frame.file, self.file_glob)
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    name: str
+    kind: RuleKind
+    specs: tuple[FrameSpec, ...]
+    phase: Phase | None = None
+    waiting_phase: Phase | None = None
+    stage: Stage | None = None
+    anywhere: bool = False
+    versions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RoleRule:
+    role: Role
+    titles: tuple[re.Pattern[str], ...]
+    frames: tuple[FrameSpec, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RuleSet:
+    rules: tuple[Rule, ...]
+    roles: tuple[RoleRule, ...]
+    fork_boundaries: tuple[FrameSpec, ...]
+    source: str
+
+    def candidates(self, frame: Frame) -> tuple[tuple[Rule, FrameSpec], ...]:
+        """The (rule, spec) pairs whose frame-local part matches, in file order (memoised)."""
+        return _candidates(self, frame.function, frame.file, frame.native)
+
+
+@lru_cache(maxsize=65536)
+def _candidates(
+    ruleset: RuleSet, function: str, file: str, native: bool
+) -> tuple[tuple[Rule, FrameSpec], ...]:
+    frame = Frame(function, file, None, native)
+    return tuple(
+        (rule, spec) for rule in ruleset.rules for spec in rule.specs if spec.matches_frame(frame)
+    )
+
+
+def path_matches(path: str, glob: str) -> bool:
+    """A glob matched against the path's tail, on `/` boundaries.
+
+    `vllm/v1/engine/core.py` matches py-spy's short name and any full path ending in it, but
+    `threading.py` does not match `mythreading.py`.
+    """
+    if glob == "*":
+        return True
+    path = path.replace("\\", "/")
+    return _glob_re(glob).search(path) is not None
+
+
+@lru_cache(maxsize=4096)
+def _glob_re(glob: str) -> re.Pattern[str]:
+    body = fnmatch.translate(glob)  # ends with \Z; `*` crosses `/`, as wanted for folders
+    return re.compile(r"(?:^|/)" + body.removeprefix("(?s:").removesuffix(")\\Z") + r"\Z", re.S)
+
+
+# ---------------------------------------------------------------------------------- loading
+
+
+def default_rules_path() -> Path:
+    """The checkout's `configs/phases.yaml`, else the copy installed under `share/`."""
+    checkout = Path(__file__).resolve().parent.parent / "configs" / RULES_FILENAME
+    if checkout.is_file():
+        return checkout
+    return Path(sys.prefix) / "share" / "vllm-sidecar" / "configs" / RULES_FILENAME
+
+
+def load_rules(path: Path | None = None) -> RuleSet:
+    path = path or default_rules_path()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read rules file {path}: {exc.strerror or exc}. "
+            "Pass --rules with a readable file, or omit it to use the built-in rules."
+        ) from exc
+    return parse_rules(text, source=str(path))
+
+
+def parse_rules(text: str, source: str = "<rules>") -> RuleSet:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source} is not valid YAML: {exc}. Fix the syntax and retry.") from exc
+    if not isinstance(data, Mapping) or not isinstance(data.get("rules"), list):
+        raise ConfigError(f"{source}: expected a mapping with a `rules:` list at the top level")
+    unknown = set(data) - {"version", "rules", "roles", "fork_boundaries"}
+    if unknown:
+        raise ConfigError(f"{source}: unknown top-level keys {sorted(unknown)}")
+    rules = tuple(_parse_rule(raw, i, source) for i, raw in enumerate(data["rules"]))
+    names = [r.name for r in rules]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError(f"{source}: rule names must be unique; repeated: {dupes}")
+    roles = tuple(_parse_role(raw, source) for raw in data.get("roles") or ())
+    forks = tuple(
+        _parse_spec(s, f"{source}: fork_boundaries") for s in data.get("fork_boundaries") or ()
+    )
+    return RuleSet(rules=rules, roles=roles, fork_boundaries=forks, source=source)
+
+
+def _parse_rule(raw: Any, index: int, source: str) -> Rule:
+    if not isinstance(raw, Mapping) or not raw.get("name"):
+        raise ConfigError(f"{source}: rule #{index + 1} needs a mapping with a `name:`")
+    where = f"{source}: rule {raw['name']!r}"
+    unknown = set(raw) - _RULE_KEYS
+    if unknown:
+        raise ConfigError(f"{where}: unknown keys {sorted(unknown)}; allowed: {sorted(_RULE_KEYS)}")
+    kind = _enum(RuleKind, raw.get("kind", "phase"), f"{where}: kind")
+    phase = _enum(Phase, raw["phase"], f"{where}: phase") if "phase" in raw else None
+    if kind is RuleKind.PHASE and phase is None:
+        raise ConfigError(f"{where}: a phase rule needs `phase:` (one of {_names(Phase)})")
+    if kind is not RuleKind.PHASE and phase is not None:
+        raise ConfigError(f"{where}: a {kind.value} rule takes no `phase:`")
+    specs = raw.get("match")
+    if not isinstance(specs, list) or not specs:
+        raise ConfigError(f"{where}: `match:` must be a non-empty list of frame specs")
+    return Rule(
+        name=str(raw["name"]),
+        kind=kind,
+        specs=tuple(_parse_spec(s, where) for s in specs),
+        phase=phase,
+        waiting_phase=_optional_enum(Phase, raw.get("waiting_phase"), f"{where}: waiting_phase"),
+        stage=_optional_enum(Stage, raw.get("stage"), f"{where}: stage"),
+        anywhere=bool(raw.get("anywhere", False)),
+        versions=tuple(str(v) for v in raw.get("versions") or ()),
+    )
+
+
+def _parse_spec(raw: Any, where: str) -> FrameSpec:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: a frame spec must be a mapping, got {raw!r}")
+    unknown = set(raw) - _SPEC_KEYS
+    if unknown:
+        raise ConfigError(f"{where}: unknown frame-spec keys {sorted(unknown)} in {dict(raw)}")
+    if "function" not in raw and "function_re" not in raw:
+        raise ConfigError(f"{where}: a frame spec needs `function:` or `function_re:`")
+    return FrameSpec(
+        functions=_functions(raw.get("function"), where),
+        function_re=_regex(raw.get("function_re"), where),
+        file_glob=None if raw.get("file", "*") == "*" else str(raw["file"]),
+        native=None if raw.get("native") is None else bool(raw["native"]),
+        under=_specs(raw.get("under"), f"{where}: under"),
+        parents=_specs(raw.get("parents"), f"{where}: parents"),
+        waiting_only=bool(raw.get("waiting_only", False)),
+        leaf=bool(raw.get("leaf", False)),
+        stage=_optional_enum(Stage, raw.get("stage"), f"{where}: stage"),
+    )
+
+
+def _parse_role(raw: Any, source: str) -> RoleRule:
+    if not isinstance(raw, Mapping) or "role" not in raw:
+        raise ConfigError(f"{source}: each `roles:` entry needs `role:` ({_names(Role)})")
+    where = f"{source}: role {raw['role']!r}"
+    return RoleRule(
+        role=_enum(Role, raw["role"], where),
+        titles=tuple(_regex(t, where) or re.compile("$^") for t in raw.get("titles") or ()),
+        frames=tuple(_parse_spec(s, where) for s in raw.get("frames") or ()),
+    )
+
+
+def _specs(raw: Any, where: str) -> tuple[FrameSpec, ...]:
+    if raw is None:
+        return ()
+    items = raw if isinstance(raw, list) else [raw]
+    return tuple(_parse_spec(s, where) for s in items)
+
+
+def _functions(raw: Any, where: str) -> frozenset[str] | None:
+    if raw is None or raw == "*" or raw == ["*"]:
+        return None
+    if isinstance(raw, str):
+        return frozenset({raw})
+    if isinstance(raw, Sequence) and all(isinstance(f, str) for f in raw):
+        return frozenset(raw)
+    raise ConfigError(f"{where}: `function:` must be a name or a list of names, got {raw!r}")
+
+
+def _regex(raw: Any, where: str) -> re.Pattern[str] | None:
+    if raw is None:
+        return None
+    try:
+        return re.compile(str(raw))
+    except re.error as exc:
+        raise ConfigError(f"{where}: bad regular expression {raw!r}: {exc}") from exc
+
+
+def _enum(cls: type[_E], raw: Any, where: str) -> _E:
+    try:
+        return cls(raw)
+    except ValueError:
+        raise ConfigError(f"{where}: unknown value {raw!r}; expected one of {_names(cls)}") from None
+
+
+def _optional_enum(cls: type[_E], raw: Any, where: str) -> _E | None:
+    return None if raw is None else _enum(cls, raw, where)
+
+
+def _names(cls: type[Enum]) -> list[str]:
+    return [str(m.value) for m in cls]
