@@ -57,7 +57,9 @@ class FrameSpec:
     def matches_frame(self, frame: Frame) -> bool:
         if self.native is not None and frame.native != self.native:
             return False
-        if self.functions is not None and frame.function not in self.functions:
+        if self.functions is not None and not (
+            frame.function in self.functions or bare_name(frame.function) in self.functions
+        ):
             return False
         if self.function_re is not None and not self.function_re.search(frame.function):
             return False
@@ -103,6 +105,14 @@ def _candidates(
     return tuple(
         (rule, spec) for rule in ruleset.rules for spec in rule.specs if spec.matches_frame(frame)
     )
+
+
+def bare_name(function: str) -> str:
+    """`EngineCore.step` -> `step`; `collective_rpc.<locals>.get_response` -> `get_response`.
+
+    py-spy 0.4 prints qualified names (co_qualname); rules may name either form.
+    """
+    return function.rsplit(".", 1)[-1] if "." in function else function
 
 
 def path_matches(path: str, glob: str) -> bool:

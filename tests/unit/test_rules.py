@@ -1,0 +1,79 @@
+"""Rules are validated on load: each mistake names the rule and the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sidecar.errors import ConfigError
+from sidecar.records import Frame
+from sidecar.rules import load_rules, parse_rules, path_matches
+
+GOOD = """
+rules:
+  - name: sched
+    phase: scheduling
+    match:
+      - {function: schedule, file: vllm/v1/core/sched/scheduler.py}
+"""
+
+
+def test_minimal_rules_parse() -> None:
+    rules = parse_rules(GOOD)
+    assert [r.name for r in rules.rules] == ["sched"]
+    assert rules.candidates(Frame("schedule", "vllm/v1/core/sched/scheduler.py"))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("rules: [{name: x, phase: prefil, match: [{function: f}]}]", "rule 'x': phase: unknown value 'prefil'"),
+        ("rules: [{name: x, phase: idle, match: [{function_re: '(unclosed'}]}]", "bad regular expression"),
+        ("rules: [{name: x, phase: idle, match: [{function: f, flie: a.py}]}]", "unknown frame-spec keys ['flie']"),
+        ("rules: [{name: x, phase: idle, match: []}]", "rule 'x': `match:` must be a non-empty list"),
+        ("rules: [{name: x, match: [{function: f}]}]", "a phase rule needs `phase:`"),
+        ("rules: [{name: x, kind: wait, phase: idle, match: [{function: f}]}]", "a wait rule takes no `phase:`"),
+        ("rules: [{name: x, kind: nap, match: [{function: f}]}]", "kind: unknown value 'nap'"),
+        ("rules: [{phase: idle, match: [{function: f}]}]", "rule #1 needs a mapping with a `name:`"),
+        ("rules: [{name: x, phase: idle, match: [{function: f}]}, {name: x, phase: idle, match: [{function: g}]}]", "repeated: ['x']"),
+        ("rules: [{name: x, phase: idle, match: [{file: a.py}]}]", "needs `function:` or `function_re:`"),
+        ("rules: [{name: x, phase: idle, stage: both, match: [{function: f}]}]", "stage: unknown value 'both'"),
+        ("rules: {}", "expected a mapping with a `rules:` list"),
+        ("rules: [\n  - {name: x", "is not valid YAML"),
+        ("rules: []\nroles: [{role: gpu, titles: []}]", "role 'gpu': unknown value 'gpu'"),
+    ],
+)  # fmt: skip
+def test_bad_rules_name_the_problem(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_rules(text, source="my.yaml")
+    assert message in str(err.value)
+    assert "my.yaml" in str(err.value)
+
+
+def test_missing_rules_file_names_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="Pass --rules with a readable file"):
+        load_rules(tmp_path / "nope.yaml")
+
+
+def test_default_rules_load_and_name_versions() -> None:
+    rules = load_rules()
+    assert len(rules.rules) > 20
+    phase_rules = [r for r in rules.rules if r.kind.value == "phase"]
+    assert all(r.versions for r in phase_rules), "every phase rule names the vLLM versions"
+
+
+@pytest.mark.parametrize(
+    ("path", "glob", "expected"),
+    [
+        ("vllm/v1/engine/core.py", "vllm/v1/engine/core.py", True),
+        ("/usr/lib/python3/dist-packages/vllm/v1/engine/core.py", "vllm/v1/engine/core.py", True),
+        ("mythreading.py", "threading.py", False),
+        ("/usr/lib/python3.12/threading.py", "threading.py", True),
+        ("vllm/v1/attention/backends/flash_attn.py", "vllm/v1/attention/*", True),
+        ("notvllm/v1/attention/x.py", "vllm/v1/attention/*", False),
+        ("libcudart.so.12", "libcudart*", True),
+    ],
+)
+def test_path_globs_match_on_segment_boundaries(path: str, glob: str, expected: bool) -> None:
+    assert path_matches(path, glob) is expected
