@@ -1,0 +1,44 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+# The sidecar's own venv is .venv; vLLM lives in its own venv under $(VLLM_SIDECAR_CACHE)
+# (default ~/.cache/vllm-sidecar), built once by devtools/vllm_env.py and reused.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: venv vllm-env lint unit integration test demo bench clean
+
+venv: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@
+
+vllm-env: venv
+	$(BIN)/python -m devtools.vllm_env
+
+lint: venv
+	$(BIN)/ruff check sidecar devtools tests benchmarks
+	$(BIN)/ruff format --check sidecar devtools tests benchmarks
+	$(BIN)/mypy
+
+unit: venv
+	$(BIN)/pytest tests/unit -q
+
+integration: vllm-env
+	$(BIN)/pytest tests/integration -q -m integration
+
+test: vllm-env lint
+	$(BIN)/pytest tests -q -rs
+
+demo: vllm-env
+	$(BIN)/python -m devtools.demo
+
+bench: vllm-env
+	$(BIN)/python benchmarks/overhead.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache out

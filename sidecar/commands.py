@@ -1,0 +1,54 @@
+"""What the CLI's commands do, wired from their parts: target -> sampler -> snapshot -> writers."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from sidecar.classifier import Classifier
+from sidecar.discovery import Deployment, discover, find_deployment, no_server_error
+from sidecar.errors import ConfigError
+from sidecar.procfs import ProcFs
+from sidecar.rules import load_rules
+from sidecar.sampler import RateController, Sampler, SubprocessPySpy
+from sidecar.snapshot import build_snapshot
+from sidecar.writers import write_snapshot
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from sidecar.cli import SnapshotConfig
+
+log = logging.getLogger("vllm_sidecar")
+
+
+def resolve_target(procfs: ProcFs, pid: int | None, any_python: bool = False) -> Deployment:
+    if pid is not None:
+        return find_deployment(procfs, pid, allow_non_vllm=any_python)
+    found = discover(procfs)
+    if not found:
+        raise no_server_error(procfs)
+    if len(found) > 1:
+        listing = "; ".join(f"pid {d.root.pid} ({d.root.title[:60]})" for d in found)
+        raise ConfigError(f"found {len(found)} vLLM servers: {listing}. Pick one with --pid.")
+    return found[0]
+
+
+def take_snapshot(config: SnapshotConfig) -> tuple[Path, dict[str, Any]]:
+    rules = load_rules(config.rules)  # a broken rules file fails before anything is attached
+    procfs = ProcFs(config.proc_root)
+    target = resolve_target(procfs, config.pid, config.any_python)
+    runner = SubprocessPySpy.find(config.py_spy)
+    sampler = Sampler(
+        runner=runner,
+        pid=target.root.pid,
+        controller=RateController(rate_hz=config.rate_hz, budget=config.cpu_budget),
+        segment_s=5.0 if config.cpu_budget else config.duration_s,
+        alive=lambda: target.still_alive(procfs),
+    )
+    window = sampler.window(config.duration_s)
+    snap = build_snapshot(window, target.processes, Classifier(rules))
+    folder = write_snapshot(snap, config.out)
+    if window.partial:
+        log.warning("partial window: %s", window.partial_reason)
+    return folder, snap.summary_dict()

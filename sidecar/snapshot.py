@@ -1,0 +1,111 @@
+"""One snapshot: a sampled window, its labelled stacks and their summary, as a frozen record."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sidecar.aggregate import LabelledStack, Summary, label_stacks, summarize
+from sidecar.classifier import STEP_PHASES, Classifier
+from sidecar.records import ProcessInfo, Role
+from sidecar.sampler import Window
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    name: str  # UTC timestamp, also the folder name: sorts in time order
+    created_at: str
+    host: str
+    processes: tuple[ProcessInfo, ...]
+    window: Window
+    labelled: tuple[LabelledStack, ...]
+    summary: Summary
+    rules_source: str
+
+    STACK_COLUMNS = (
+        "pid", "role", "thread_id", "thread_name", "phase", "stage",
+        "weight", "frame", "rule", "stack",
+    )  # fmt: skip
+
+    def summary_dict(self) -> dict[str, Any]:
+        w, s = self.window, self.summary
+        return {
+            "schema": SCHEMA_VERSION,
+            "name": self.name,
+            "created_at": self.created_at,
+            "host": self.host,
+            "target": {
+                "root_pid": self.processes[0].pid if self.processes else None,
+                "processes": [_process_dict(p) for p in self.processes],
+            },
+            "sampling": {
+                "rate_hz": round(w.rate_hz, 3),
+                "duration_s": round(w.duration_s, 3),
+                "samples": w.samples,
+                "errors": w.errors,
+                "segments": w.segments,
+                "sampler_cpu_s": round(w.sampler_cpu_s, 4),
+                "sampler_cpu_share": round(w.sampler_cpu_s / w.duration_s, 5)
+                if w.duration_s
+                else None,
+                "partial": w.partial,
+                "partial_reason": w.partial_reason,
+                "warnings": list(w.warnings),
+            },
+            "phases": s.phases,
+            "by_role": s.by_role,
+            "role_samples": s.role_samples,
+            "stages": s.stages,
+            "other": {r: [{"frame": f, "samples": n} for f, n in v] for r, v in s.other_frames.items()},
+            "rules": self.rules_source,
+        }
+
+    def stack_rows(self) -> list[dict[str, Any]]:
+        return [_stack_row(ls) for ls in self.labelled]
+
+
+def build_snapshot(
+    window: Window,
+    processes: tuple[ProcessInfo, ...],
+    classifier: Classifier,
+    host: str | None = None,
+) -> Snapshot:
+    roles: Mapping[int, Role] = {p.pid: p.role for p in processes if p.role is not Role.OTHER}
+    labelled = label_stacks(classifier, window.stacks, roles)
+    started = datetime.fromtimestamp(window.started_at, tz=UTC)
+    return Snapshot(
+        name=started.strftime("%Y%m%dT%H%M%SZ"),
+        created_at=started.isoformat(timespec="seconds"),
+        host=host or socket.gethostname(),
+        processes=processes,
+        window=window,
+        labelled=labelled,
+        summary=summarize(labelled),
+        rules_source=classifier.rules.source,
+    )
+
+
+def _process_dict(p: ProcessInfo) -> dict[str, Any]:
+    return {"pid": p.pid, "ppid": p.ppid, "start_time": p.start_time, "role": p.role.value,
+            "title": p.title}  # fmt: skip
+
+
+def _stack_row(ls: LabelledStack) -> dict[str, Any]:
+    st, lb = ls.stack, ls.label
+    return {
+        "pid": st.pid,
+        "role": lb.role.value,
+        "thread_id": st.thread_id,
+        "thread_name": st.thread_name,
+        "phase": lb.phase.value,
+        "stage": lb.stage.value if lb.phase in STEP_PHASES else None,
+        "weight": st.weight,
+        "frame": lb.frame.label() if lb.frame else None,
+        "rule": lb.rule,
+        "stack": ";".join(f.label() for f in reversed(st.frames)),
+    }

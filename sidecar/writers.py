@@ -1,0 +1,127 @@
+"""Snapshot writers, registered by format name; a snapshot folder appears atomically.
+
+Every file is written inside a hidden temporary folder next to the final one, fsynced, and the
+folder is renamed into place with os.replace: a reader (or a `kill -9` mid-write) never sees a
+half-written snapshot (the node_exporter textfile pattern).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Protocol
+
+from sidecar.errors import OutputError
+from sidecar.snapshot import Snapshot
+
+
+class SnapshotWriter(Protocol):
+    filename: str
+
+    def write(self, snapshot: Snapshot, path: Path) -> None: ...
+
+
+class SummaryJsonWriter:
+    filename = "summary.json"
+
+    def write(self, snapshot: Snapshot, path: Path) -> None:
+        path.write_text(json.dumps(snapshot.summary_dict(), indent=2, sort_keys=False) + "\n")
+
+
+class CollapsedWriter:
+    """`role;phase;root;...;leaf count` lines: flamegraph.pl, speedscope and inferno read them,
+    and the two leading pseudo-frames group the flame graph by role and phase."""
+
+    filename = "stacks.collapsed"
+
+    def write(self, snapshot: Snapshot, path: Path) -> None:
+        lines = [
+            f"{row['role']};{row['phase']};{row['stack']} {row['weight']}"
+            for row in snapshot.stack_rows()
+        ]
+        path.write_text("\n".join(lines) + ("\n" if lines else ""))
+
+
+class ParquetWriter:
+    filename = "stacks.parquet"
+
+    def write(self, snapshot: Snapshot, path: Path) -> None:
+        import pandas as pd  # at the edge only (STYLE.md 1)
+
+        frame = pd.DataFrame(snapshot.stack_rows(), columns=list(Snapshot.STACK_COLUMNS))
+        frame.to_parquet(path, engine="pyarrow", index=False)
+
+
+WRITERS: dict[str, Callable[[], SnapshotWriter]] = {
+    "summary": SummaryJsonWriter,
+    "collapsed": CollapsedWriter,
+    "parquet": ParquetWriter,
+}
+
+
+def write_snapshot(snapshot: Snapshot, out_dir: Path, formats: tuple[str, ...] = ()) -> Path:
+    """Write all formats into OUT_DIR/<snapshot.name>/ atomically; returns the final folder."""
+    writers = [WRITERS[f]() for f in (formats or tuple(WRITERS))]
+    final = _free_name(out_dir, snapshot.name)
+    tmp = out_dir / f".{final.name}.tmp-{os.getpid()}"
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        tmp.mkdir()
+        for writer in writers:
+            writer.write(snapshot, tmp / writer.filename)
+        _fsync_tree(tmp)
+        os.replace(tmp, final)
+        _fsync_dir(out_dir)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise OutputError(_explain_os_error(exc, out_dir)) from exc
+    return final
+
+
+def _free_name(out_dir: Path, name: str) -> Path:
+    candidate, n = out_dir / name, 1
+    while candidate.exists():
+        candidate, n = out_dir / f"{name}-{n}", n + 1
+    return candidate
+
+
+def _fsync_tree(folder: Path) -> None:
+    for f in folder.iterdir():
+        with f.open("rb") as handle:
+            os.fsync(handle.fileno())
+    _fsync_dir(folder)
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _explain_os_error(exc: OSError, out_dir: Path) -> str:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"no space left under {out_dir}: free disk space or point --out elsewhere"
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return (
+            f"cannot write under {out_dir} ({exc.strerror}): give the sidecar's user write "
+            "access to it (systemd: ReadWritePaths=; Docker: mount a writable volume)"
+        )
+    return f"cannot write the snapshot under {out_dir}: {exc}"
+
+
+def to_jsonable(value: Any) -> Any:
+    """Records -> JSON-ready values (enums by value, dataclasses as dicts)."""
+    if hasattr(value, "__dataclass_fields__"):
+        return to_jsonable(asdict(value))
+    if isinstance(value, dict):
+        return {str(to_jsonable(k)): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v) for v in value]
+    return getattr(value, "value", value)
