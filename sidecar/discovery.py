@@ -1,0 +1,205 @@
+"""Which processes form a vLLM deployment, and what role each plays (PHASES.md, "Roles").
+
+vLLM names its processes with `setproctitle` (VLLM_INTERNALS.md 1.1): `VLLM::EngineCore`,
+`VLLM::EngineCore_DP0`, `VLLM::Worker_TP0`, `VLLM::APIServer_1`, `VLLM::DPCoordinator`. The API
+server keeps the command line it was launched with, and vLLM before 2025-07 (#21780) titled
+nothing: its helpers are spawned (`python -c "from multiprocessing.spawn import spawn_main ..."`)
+or forked copies of their parent, so they are recognised through their parent instead.
+
+A deployment is a tree: API server → EngineCore(s) → workers, plus multiprocessing helpers (the
+resource tracker). Its root is the topmost vLLM process of that tree; for an offline `LLM`
+client the root is the EngineCore, since the client script is not recognisably vLLM.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from sidecar.errors import AttachError
+from sidecar.procfs import ProcFs
+from sidecar.records import ProcessInfo, Role
+
+# The part before `::` is VLLM_PROCESS_NAME_PREFIX (default "VLLM"), which operators may change,
+# so the rows naming a vLLM process accept any prefix without spaces or colons. The names after
+# `::` must then match vLLM's own grammar exactly (anchored at both ends), and Ray's titles
+# (`ray::Worker`, `ray::IDLE`), which share the `name::` form, are excluded by name.
+_PREFIX = r"^(?!ray::)[^\s:]+::"
+# An interpreter and its options in front of a script or module: `/venv/bin/python3.12 -X dev`.
+# Anchoring it at the start keeps wrappers (`bash -c "vllm serve"`, `uv run vllm serve`) and
+# programs that merely mention vLLM in their arguments (`pytest -k "vllm serve"`) out.
+_INTERPRETER = r"(?:\S*/)?python[\d.]*\s+(?:-[XW]\s+\S+\s+|-\S+\s+)*"
+_PY = "^" + _INTERPRETER
+
+# Title (or joined cmdline) patterns in priority order; the first match decides the role. A
+# forked child keeps its parent's identity until it retitles itself, so the most specific role
+# comes first: worker before engine before API server (PHASES.md, "Roles").
+ROLE_PATTERNS: tuple[tuple[re.Pattern[str], Role], ...] = tuple(
+    (re.compile(pattern), role)
+    for pattern, role in (
+        # VLLM::Worker, VLLM::Worker_TP0, VLLM::Worker_PP1_TP3, VLLM::Worker_DP1_EP3.
+        (_PREFIX + r"Worker(?:_\w+)?$", Role.WORKER),
+        # vLLM 0.10 (2025-07-29 to 2025-09-08) appended `_TP<r>` to the inherited engine title.
+        (_PREFIX + r"(?:DP)?EngineCore\w*_TP\d+$", Role.WORKER),
+        # VLLM::EngineCore, VLLM::EngineCore_DP1, vLLM 0.10's VLLM::DPEngineCore_1.
+        (_PREFIX + r"(?:DP)?EngineCore(?:_\w+)?$", Role.ENGINE_CORE),
+        (_PREFIX + r"APIServer(?:_\d+)?$", Role.API_SERVER),
+        (_PY + r"-m\s+vllm\.entrypoints\.(?:openai\.)?api_server(?:\s|$)", Role.API_SERVER),
+        (_PY + r"\S*vllm/entrypoints/(?:openai/)?api_server\.py(?:\s|$)", Role.API_SERVER),
+        (_PY + r"-m\s+vllm\.entrypoints\.cli\.main\s+serve(?:\s|$)", Role.API_SERVER),
+        # The `vllm` console script, run directly or by its interpreter (a shebang line).
+        ("^(?:" + _INTERPRETER + r")?(?:\S*/)?vllm\s+serve(?:\s|$)", Role.API_SERVER),
+        (_PREFIX + r"DPCoordinator$", Role.OTHER),
+        # Titles vLLM may add later; only under the default prefix, as `name::` is common.
+        (r"^VLLM::\S", Role.OTHER),
+    )
+)
+
+# Helpers that Python's multiprocessing starts: part of a deployment when their parent is.
+MP_CHILD_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
+    re.compile(pattern)
+    for pattern in (
+        r"\bfrom multiprocessing\.spawn import spawn_main\b",
+        r"(?:^|\s)--multiprocessing-fork(?:\s|$)",
+        r"\bfrom multiprocessing\.resource_tracker import main\b",
+        r"\bfrom multiprocessing\.forkserver import main\b",
+    )
+)
+
+_ROLE_ORDER = (Role.API_SERVER, Role.ENGINE_CORE, Role.WORKER, Role.OTHER)
+
+
+def _match(info: ProcessInfo) -> Role | None:
+    for pattern, role in ROLE_PATTERNS:
+        if pattern.search(info.title):
+            return role
+    return None
+
+
+def role_of(info: ProcessInfo) -> Role:
+    """The role that the process's title or command line names; OTHER when it names none."""
+    return _match(info) or Role.OTHER
+
+
+def is_vllm(info: ProcessInfo) -> bool:
+    """Whether the process is recognisably vLLM by itself (a helper is known by its parent)."""
+    return _match(info) is not None
+
+
+def is_mp_child(info: ProcessInfo) -> bool:
+    """Whether the process is a multiprocessing helper (spawned child, resource tracker)."""
+    return any(pattern.search(info.title) for pattern in MP_CHILD_PATTERNS)
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    """One vLLM server's processes, roles set, ordered api_server, engine_core, worker, other."""
+
+    root: ProcessInfo
+    processes: tuple[ProcessInfo, ...]
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        return tuple(info.pid for info in self.processes)
+
+    @property
+    def keys(self) -> tuple[tuple[int, int], ...]:
+        return tuple(info.key for info in self.processes)
+
+    def still_alive(self, procfs: ProcFs) -> bool:
+        """Whether every process still runs; a PID reused by another process does not count."""
+        return all(procfs.exists(key) for key in self.keys)
+
+
+def find_deployment(procfs: ProcFs, pid: int, *, allow_non_vllm: bool = False) -> Deployment:
+    """The deployment that `pid` (API server, EngineCore, worker or helper) belongs to.
+
+    A Python process that is not part of vLLM is refused unless `allow_non_vllm` (the CLI's
+    `--any-python`): attaching to the wrong process by a typo would otherwise profile it quietly.
+    With it, that process is the root, with role OTHER, and its multiprocessing helpers join it.
+    """
+    start = procfs.read(pid)
+    if start is None:
+        raise AttachError(f"no process {pid}: check the PID, or use --discover")
+    if not procfs.is_python(pid):
+        raise AttachError(
+            f"process {pid} ({start.title}) is not a Python process: point --pid at the vLLM "
+            "API server, EngineCore or worker"
+        )
+    table = procfs.snapshot()
+    # Not added to `table`: a thread id has its own /proc entry, but it is no process of its own.
+    root = _root_of(start, table)
+    if root is None:
+        if not allow_non_vllm:
+            raise AttachError(
+                f"process {pid} ({start.title}) is a Python process but not part of a vLLM "
+                "server: point --pid at the vLLM API server, EngineCore or worker, or pass "
+                "--any-python to profile it anyway"
+            )
+        root = start
+    return _assemble(root, table)
+
+
+def discover(procfs: ProcFs) -> list[Deployment]:
+    """Every vLLM deployment under `procfs`, newest first (by the root's start time)."""
+    table = procfs.snapshot()
+    roots: dict[tuple[int, int], ProcessInfo] = {}
+    for info in table.values():
+        root = _root_of(info, table) if is_vllm(info) else None
+        if root is not None:
+            roots[root.key] = root
+    newest_first = sorted(roots.values(), key=lambda r: (r.start_time, r.pid), reverse=True)
+    return [_assemble(root, table) for root in newest_first]
+
+
+def no_server_error(procfs: ProcFs) -> AttachError:
+    """The error for an empty `discover`: how to make a server visible."""
+    return AttachError(
+        f"no vLLM server found under {procfs.root}: start vLLM, pass --pid, or mount the host's "
+        '/proc and pass --proc-root /host_proc (Docker: pid: host or pid: "service:vllm")'
+    )
+
+
+def _root_of(info: ProcessInfo, table: dict[int, ProcessInfo]) -> ProcessInfo | None:
+    """The topmost vLLM process above `info` (itself included), climbing through vLLM processes
+    and multiprocessing helpers; None when that chain holds no vLLM process."""
+    root = info if is_vllm(info) else None
+    seen = {info.pid}
+    parent = table.get(info.ppid)
+    while parent is not None and parent.pid not in seen and _belongs(parent):
+        if is_vllm(parent):
+            root = parent
+        seen.add(parent.pid)
+        parent = table.get(parent.ppid)
+    return root
+
+
+def _belongs(info: ProcessInfo) -> bool:
+    return is_vllm(info) or is_mp_child(info)
+
+
+def _assemble(root: ProcessInfo, table: dict[int, ProcessInfo]) -> Deployment:
+    """The root and, recursively, its children that are vLLM or multiprocessing helpers."""
+    children: dict[int, list[ProcessInfo]] = {}
+    for info in table.values():
+        children.setdefault(info.ppid, []).append(info)
+    root = replace(root, role=role_of(root))
+    members = [root]
+    pending = [root]
+    while pending:
+        parent = pending.pop()
+        for child in children.get(parent.pid, []):
+            if child.pid != root.pid and _belongs(child):
+                members.append(replace(child, role=_member_role(child, parent)))
+                pending.append(child)
+    members.sort(key=lambda p: (_ROLE_ORDER.index(p.role), p.start_time, p.pid))
+    return Deployment(root=root, processes=tuple(members))
+
+
+def _member_role(child: ProcessInfo, parent: ProcessInfo) -> Role:
+    # A forked child shows its parent's command line until it retitles itself (always, before
+    # vLLM had titles): a copy of the API server's cmdline under the API server is an EngineCore
+    # or a worker that we cannot tell apart here. OTHER; the classifier decides from its stacks.
+    if child.cmdline == parent.cmdline:
+        return Role.OTHER
+    return role_of(child)

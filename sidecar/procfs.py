@@ -1,0 +1,167 @@
+"""Processes as `/proc` shows them, read from plain files under an injected root.
+
+The root is a parameter (like node_exporter's `--path.procfs`) so that a container can read the
+host's `/proc` mounted at `/host_proc`, and so that tests point it at a fixture tree. Nothing here
+uses psutil: psutil reads the `/proc` of its own PID namespace only.
+
+Processes come and go while we read them. A process that vanishes between two reads is normal,
+not an error: `read` returns None and callers move on.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from sidecar.records import ProcessInfo
+
+# Reading a vanished process's files raises one of these; with `hidepid=1` a foreign process's
+# files raise PermissionError, and we can learn nothing about it either.
+_GONE = (FileNotFoundError, ProcessLookupError, NotADirectoryError, PermissionError)
+
+# Fields of /proc/PID/stat after the `(comm)` field, counted from field 3 (`state`), see proc(5).
+_STAT_PPID = 4 - 3
+_STAT_STARTTIME = 22 - 3
+
+
+def parse_stat(text: str) -> tuple[str, int, int]:
+    """Return (comm, ppid, starttime) of one `/proc/PID/stat` line.
+
+    `comm` is any 15 bytes the process chose, parentheses and spaces included (`(a) (b)`), so it
+    ends at the *last* `)` of the line, not the first.
+    """
+    open_at = text.index("(")
+    close_at = text.rindex(")")
+    fields = text[close_at + 1 :].split()
+    if len(fields) <= _STAT_STARTTIME:
+        raise ValueError(f"short /proc stat line: {text!r}")
+    return text[open_at + 1 : close_at], int(fields[_STAT_PPID]), int(fields[_STAT_STARTTIME])
+
+
+def parse_cmdline(raw: bytes) -> tuple[str, ...]:
+    """Split a NUL-separated `/proc/PID/cmdline`.
+
+    After `setproctitle` the argv area holds one string (`VLLM::EngineCore`) followed by the NULs
+    that pad it to the old argv's length, so trailing NULs are padding, not empty arguments.
+    Kernel threads and zombies have an empty cmdline: ().
+    """
+    text = raw.rstrip(b"\0").decode("utf-8", errors="replace")
+    return tuple(text.split("\0")) if text else ()
+
+
+def parse_nspid(status: str) -> tuple[int, ...]:
+    """The `NSpid:` line of `/proc/PID/status`: the PID in each namespace, outermost first."""
+    for line in status.splitlines():
+        if line.startswith("NSpid:"):
+            return tuple(int(part) for part in line.split()[1:])
+    return ()  # kernels before 4.1 have no NSpid line
+
+
+def title_of(cmdline: tuple[str, ...], comm: str) -> str:
+    """What `ps` shows: the arguments joined, or `[comm]` for a process without any."""
+    title = " ".join(cmdline).strip()
+    return title or f"[{comm}]"
+
+
+class ProcFs:
+    """A `/proc` tree: the live one, a host's mounted elsewhere, or a fixture."""
+
+    def __init__(self, root: Path = Path("/proc")) -> None:
+        self.root = Path(root)
+
+    def __repr__(self) -> str:
+        return f"ProcFs({str(self.root)!r})"
+
+    def pids(self) -> list[int]:
+        """The PIDs (thread-group ids) listed now, ascending."""
+        try:
+            names = os.listdir(self.root)
+        except FileNotFoundError:
+            return []
+        return sorted(int(name) for name in names if name.isdigit())
+
+    def read(self, pid: int) -> ProcessInfo | None:
+        """The process `pid`, or None if it vanished (or is unreadable) while we read it."""
+        base = self.root / str(pid)
+        try:
+            comm, ppid, start_time = parse_stat((base / "stat").read_text())
+            cmdline = parse_cmdline((base / "cmdline").read_bytes())
+            nspid = parse_nspid((base / "status").read_text())
+        except (*_GONE, ValueError):
+            return None
+        return ProcessInfo(
+            pid=pid,
+            start_time=start_time,
+            ppid=ppid,
+            cmdline=cmdline,
+            title=title_of(cmdline, comm),
+            nspid=nspid,
+        )
+
+    def snapshot(self) -> dict[int, ProcessInfo]:
+        """Every process that could be read, by PID. Not atomic: processes may come and go."""
+        return {info.pid: info for info in self._read_all()}
+
+    def children(self, pid: int) -> list[ProcessInfo]:
+        """The processes whose parent is `pid`, ascending by PID."""
+        return [info for info in self._read_all() if info.ppid == pid]
+
+    def exists(self, key: tuple[int, int]) -> bool:
+        """Whether `key` = (pid, start_time) still runs: a reused PID has another start time."""
+        pid, start_time = key
+        try:
+            _, _, now = parse_stat((self.root / str(pid) / "stat").read_text())
+        except (*_GONE, ValueError):
+            return False
+        return now == start_time
+
+    def is_python(self, pid: int) -> bool:
+        """Best effort: is `pid` a Python interpreter? False only on evidence.
+
+        The executable's name decides first (`/proc/PID/exe` → `python3.12`); then the memory
+        map (a `python*` executable or a `libpython*.so`, which covers embedded interpreters).
+        Both need ptrace-read permission; when neither can be read we cannot tell, and answer
+        True so that py-spy, which needs the same permission, names the real problem
+        (SYS_PTRACE) instead of us claiming that the process is not Python.
+        """
+        exe = self._exe_name(pid)
+        if exe is not None and exe.startswith("python"):
+            return True
+        in_maps = self._maps_mention_python(pid)
+        if in_maps is not None:
+            return in_maps
+        return exe is None and (self.root / str(pid)).is_dir()
+
+    def _read_all(self) -> Iterator[ProcessInfo]:
+        for pid in self.pids():
+            info = self.read(pid)
+            if info is not None:
+                yield info
+
+    def _exe_name(self, pid: int) -> str | None:
+        """The basename of the executable, or None if the link cannot be read."""
+        try:
+            target = os.readlink(self.root / str(pid) / "exe")
+        except OSError:  # kernel thread or zombie (ENOENT), no permission, not a link
+            return None
+        return os.path.basename(target)
+
+    def _maps_mention_python(self, pid: int) -> bool | None:
+        """Whether a mapped file is `python*` or `libpython*`; None if maps is unreadable."""
+        try:
+            with open(self.root / str(pid) / "maps", encoding="utf-8", errors="replace") as maps:
+                return any(_maps_line_is_python(line) for line in maps)
+        except PermissionError:
+            return None
+        except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
+            return False
+
+
+def _maps_line_is_python(line: str) -> bool:
+    # address perms offset dev inode [path]; the path may contain spaces, so split at most 5 times
+    fields = line.rstrip("\n").split(maxsplit=5)
+    if len(fields) < 6:
+        return False
+    name = os.path.basename(fields[5].removesuffix(" (deleted)"))
+    return name.startswith(("python", "libpython"))
