@@ -1,0 +1,168 @@
+"""Stacks that Python prints itself: faulthandler dumps, tracebacks, pytest-timeout dumps.
+
+- faulthandler, CPython Python/traceback.c (`write_thread_id`, `dump_frame`, `dump_traceback`):
+  `Thread 0xHEX (most recent call first):`, `Current thread 0xHEX ...` for the faulting one
+  (3.14 adds ` [NAME]` after the id), `Stack (most recent call first):` for a single thread,
+  then `  File "PATH", line N in FUNC`, innermost first (`???` for what it cannot read). A fatal
+  error starts with `Fatal Python error: ...`; 3.13+ may add `Current thread's C stack trace`
+  with `  Binary file "...", at ...` lines, which are skipped.
+- tracebacks (Lib/traceback.py): `Traceback (most recent call last):` then
+  `  File "PATH", line N, in FUNC` and the source line, root first; chained exceptions each
+  bring their own header, exception groups prefix theirs with `| `.
+- pytest-timeout, pytest_timeout.py (`dump_stacks`, `timeout_timer`, `timeout_sigalrm`): banners
+  `+++ Timeout +++`, one `~~~ Stack of NAME (IDENT) ~~~` section per thread (`<unknown>` as NAME
+  when the thread is not in `threading.enumerate()`) holding `traceback.format_stack` lines,
+  root first. Other `~~~ TITLE ~~~` sections (captured output) are not stacks.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from sidecar.parsers.lines import (
+    Line,
+    StackBuilder,
+    Stream,
+    WarningLog,
+    make_frame,
+    shown,
+    streams_of,
+)
+from sidecar.records import ParseResult, StackSample
+
+# One pattern for both: faulthandler writes "line N in F", tracebacks "line N, in F".
+_FILE_LINE = re.compile(
+    r'[\s|]*File (?:"(?P<file>.*)"|\?\?\?), line (?P<line>\d+|\?\?\?),? in (?P<fn>.+)'
+)
+_CUT_FILE = re.compile(r'[\s|]*File "[^"]*"?')  # a `File "...` line cut before "in FUNC"
+_FRAGMENT = re.compile(r'(?:[^"]*")?, line (?P<line>\d+|\?\?\?),? in (?P<fn>\S+)')  # its tail
+
+_FH_HEADER = re.compile(
+    r"(?P<current>Current thread|Thread) (?P<tid>0x[0-9a-fA-F]+)(?: \[(?P<name>.*)\])?"
+    r" \(most recent call first\):?"
+)
+_FH_STACK = re.compile(r"Stack \(most recent call first\):?")
+# "<no Python frame>", "...", C stack lines: nothing to read, nothing to warn about.
+_FH_SKIPPED = re.compile(r"Binary file |<|\.\.\.$|Garbage-collecting$")
+_TB_HEADER = re.compile(r"(?:.*\s)?Traceback \(most recent call last\):")
+_PT_SECTION = re.compile(r"~+ (?P<title>.*?) ~+")
+_PT_STACK = re.compile(r"Stack of (?P<name>.*) \((?P<tid>\d+)\)")
+_PT_BANNER = re.compile(r"\++ Timeout \++")
+
+
+class _Reader:
+    """Collects stacks of one stream; subclasses say which lines open and close a stack."""
+
+    root_first = False
+
+    def __init__(self, stream: Stream, log: WarningLog, source: str | None) -> None:
+        self.stream, self.log, self.source = stream, log, source
+        self.open: StackBuilder | None = None
+        self.stacks: list[StackSample] = []
+
+    def start(self, thread_id: str | None = None, name: str | None = None) -> None:
+        self.close()
+        self.open = StackBuilder(thread_id, name, self.stream.pid, self.stream.process)
+
+    def close(self) -> None:
+        if self.open is not None and (self.open.frames or self.open.thread_id is not None):
+            self.stacks.append(self.open.build(self.source, root_first=self.root_first))
+        self.open = None
+
+    def frame_line(self, line: Line, text: str) -> bool:
+        """Reads `text` as a frame (or a cut-off one) if it is one; False if it is not."""
+        if m := _FILE_LINE.fullmatch(text):
+            number = int(m["line"]) if m["line"].isdecimal() else None
+            frame = make_frame(m["fn"].strip(), m["file"] or "", number)
+        elif m := _FRAGMENT.fullmatch(text):
+            line_no = int(m["line"]) if m["line"].isdecimal() else None
+            frame = make_frame(m["fn"], "", line_no)
+            self.log.line(line.number, f"frame cut off, kept without its file: {shown(text)}")
+        elif _CUT_FILE.fullmatch(text):
+            self.log.line(line.number, f"frame cut off, skipped: {shown(text)}")
+            return True
+        else:
+            return False
+        if self.open is None:
+            self.start()
+        assert self.open is not None
+        self.open.frames.append(frame)
+        return True
+
+    def feed(self, line: Line) -> None:
+        raise NotImplementedError
+
+
+class _FaulthandlerReader(_Reader):
+    def feed(self, line: Line) -> None:
+        text = line.text.strip()
+        if m := _FH_HEADER.fullmatch(text):
+            self.start(m["tid"], m["name"])
+        elif _FH_STACK.fullmatch(text):
+            self.start()
+        elif not text or text.startswith("Current thread's C stack"):
+            self.close()  # threads are separated by a blank line; the C stack is not Python's
+        elif self.frame_line(line, text) or _FH_SKIPPED.match(text):
+            return
+        elif self.open is not None and self.open.frames:
+            self.log.line(line.number, f"not a faulthandler frame: {shown(text)}")
+
+
+class _TracebackReader(_Reader):
+    root_first = True
+
+    def feed(self, line: Line) -> None:
+        text = line.text.strip()
+        if _TB_HEADER.fullmatch(text):
+            self.start()
+        else:  # source lines, carets, the exception line: not frames, and expected
+            self.frame_line(line, text)
+
+
+class _PytestTimeoutReader(_Reader):
+    root_first = True
+
+    def feed(self, line: Line) -> None:
+        text = line.text.strip()
+        if m := _PT_SECTION.fullmatch(text):
+            if stack := _PT_STACK.fullmatch(m["title"]):
+                self.start(stack["tid"], stack["name"])
+            else:
+                self.close()
+        elif _PT_BANNER.fullmatch(text):
+            self.close()
+        elif self.open is not None:
+            self.frame_line(line, text)
+
+
+def _parse(
+    reader: Callable[[Stream, WarningLog, str | None], _Reader],
+    name: str,
+    text: str,
+    source: str | None,
+) -> ParseResult:
+    log = WarningLog()
+    stacks: list[StackSample] = []
+    for stream in streams_of(text):
+        current = reader(stream, log, source)
+        for line in stream.lines:
+            current.feed(line)
+        current.close()
+        stacks.extend(current.stacks)
+    return ParseResult(tuple(stacks), log.render(), name)
+
+
+def parse_faulthandler(text: str, source: str | None = None) -> ParseResult:
+    """A faulthandler dump (fatal error, `dump_traceback`, `dump_traceback_later`)."""
+    return _parse(_FaulthandlerReader, "faulthandler", text, source)
+
+
+def parse_traceback(text: str, source: str | None = None) -> ParseResult:
+    """Python tracebacks, one stack per `Traceback (most recent call last):`, chained or not."""
+    return _parse(_TracebackReader, "traceback", text, source)
+
+
+def parse_pytest_timeout(text: str, source: str | None = None) -> ParseResult:
+    """pytest-timeout's dump of every thread's stack when a test times out."""
+    return _parse(_PytestTimeoutReader, "pytest_timeout", text, source)
