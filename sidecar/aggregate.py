@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from sidecar.classifier import STEP_PHASES, Classifier
-from sidecar.records import Label, Phase, Role, Stage, StackSample
+from sidecar.records import Label, Phase, Role, StackSample, Stage
 
 # When a process's threads disagree, the most specific role wins (PHASES.md, Roles).
 ROLE_ORDER = (Role.WORKER, Role.ENGINE_CORE, Role.API_SERVER, Role.OTHER)

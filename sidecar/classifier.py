@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from sidecar.records import Frame, Label, Phase, Role, Stage, StackSample
+from sidecar.records import Frame, Label, Phase, Role, StackSample, Stage
 from sidecar.rules import FrameSpec, Rule, RuleKind, RuleSet
 
 # Phases that belong to a model step; only these carry a stage (prefill / decode / unknown).

@@ -97,21 +97,30 @@ def parse_share(value: str | None) -> float | None:
     try:
         share = float(text[:-1]) / 100 if text.endswith("%") else float(text)
     except ValueError:
-        raise ConfigError(f"--cpu-budget {value!r}: give a share of one core, e.g. 2% or 0.02")
+        raise ConfigError(
+            f"--cpu-budget {value!r}: give a share of one core, e.g. 2% or 0.02"
+        ) from None
     if not 0 < share <= 1:
         raise ConfigError(f"--cpu-budget {value!r} must be between 0 and 100% of one core")
     return share
 
 
 @cli.command()
-@click.option("--pid", type=int, help="Any process of the vLLM server (API server, engine, worker).")
+@click.option(
+    "--pid", type=int, help="Any process of the vLLM server (API server, engine, worker)."
+)
 @click.option("--discover", is_flag=True, help="Find the vLLM server under --proc-root.")
 @click.option("--duration", type=float, default=10.0, show_default=True, help="Window, seconds.")
 @click.option("--rate", type=float, default=5.0, show_default=True, help="Samples per second.")
 @click.option("--cpu-budget", help="Adapt the rate to this share of one core (e.g. 2%).")
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Snapshot folder.")
-@click.option("--proc-root", type=click.Path(path_type=Path), default=Path("/proc"),
-              show_default=True, help="A host's /proc mounted elsewhere (e.g. /host_proc).")
+@click.option(
+    "--proc-root",
+    type=click.Path(path_type=Path),
+    default=Path("/proc"),
+    show_default=True,
+    help="A host's /proc mounted elsewhere (e.g. /host_proc).",
+)
 @click.option("--rules", type=click.Path(path_type=Path), help="Your own phases.yaml.")
 @click.option("--py-spy", "py_spy", help="Path to the py-spy binary.")
 @click.option("--any-python", is_flag=True, help="Allow a Python process that is not vLLM.")

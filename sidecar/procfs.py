@@ -111,10 +111,13 @@ class ProcFs:
         """Whether `key` = (pid, start_time) still runs: a reused PID has another start time."""
         pid, start_time = key
         try:
-            _, _, now = parse_stat((self.root / str(pid) / "stat").read_text())
+            text = (self.root / str(pid) / "stat").read_text()
+            _, _, now = parse_stat(text)
         except (*_GONE, ValueError):
             return False
-        return now == start_time
+        # A zombie (Z) or dead (X) process has exited; only its parent has not reaped it yet.
+        state = text[text.rindex(")") + 1 :].split()[0]
+        return now == start_time and state not in ("Z", "X")
 
     def is_python(self, pid: int) -> bool:
         """Best effort: is `pid` a Python interpreter? False only on evidence.

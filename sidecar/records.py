@@ -7,10 +7,10 @@ records; pandas appears only in the writers (STYLE.md, point 1).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 
-class Phase(str, Enum):
+class Phase(StrEnum):
     """The fifteen serving phases of ../shared/PHASES.md (the classifier's contract)."""
 
     STARTUP = "startup"
@@ -30,13 +30,13 @@ class Phase(str, Enum):
     OTHER = "other"
 
 
-class Stage(str, Enum):
+class Stage(StrEnum):
     PREFILL = "prefill"
     DECODE = "decode"
     UNKNOWN = "unknown"
 
 
-class Role(str, Enum):
+class Role(StrEnum):
     API_SERVER = "api_server"
     ENGINE_CORE = "engine_core"
     WORKER = "worker"

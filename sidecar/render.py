@@ -32,7 +32,8 @@ def phase_table(summary: Mapping[str, object]) -> str:
             continue
         cells = [_pct(by_role[r].get(phase.value)) for r in roles]
         rows.append([phase.value, *cells, _pct(phases[phase.value]["share"])])
-    rows.append(["samples", *(str(role_samples[r]) for r in roles), str(summary["samples"])])
+    total = sum(int(role_samples[r]) for r in roles)
+    rows.append(["samples", *(str(role_samples[r]) for r in roles), str(total)])
     return table(["phase", *roles, "all"], rows)
 
 

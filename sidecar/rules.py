@@ -11,7 +11,7 @@ import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum
+from enum import Enum, StrEnum
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,7 +25,7 @@ RULES_FILENAME = "phases.yaml"
 _E = TypeVar("_E", bound=Enum)
 
 
-class RuleKind(str, Enum):
+class RuleKind(StrEnum):
     PHASE = "phase"  # the innermost matching frame decides the phase
     WAIT = "wait"  # a waiting primitive: what it waits for decides (PHASES.md, "How to decide" 2)
     SKIP = "skip"  # a wrapper, passed over when looking for the innermost frame
@@ -33,7 +33,17 @@ class RuleKind(str, Enum):
 
 
 _SPEC_KEYS = frozenset(
-    {"function", "function_re", "file", "native", "under", "parents", "waiting_only", "leaf", "stage"}
+    {
+        "function",
+        "function_re",
+        "file",
+        "native",
+        "under",
+        "parents",
+        "waiting_only",
+        "leaf",
+        "stage",
+    }
 )
 _RULE_KEYS = frozenset(
     {"name", "kind", "phase", "waiting_phase", "stage", "anywhere", "versions", "match"}
@@ -268,7 +278,9 @@ def _enum(cls: type[_E], raw: Any, where: str) -> _E:
     try:
         return cls(raw)
     except ValueError:
-        raise ConfigError(f"{where}: unknown value {raw!r}; expected one of {_names(cls)}") from None
+        raise ConfigError(
+            f"{where}: unknown value {raw!r}; expected one of {_names(cls)}"
+        ) from None
 
 
 def _optional_enum(cls: type[_E], raw: Any, where: str) -> _E | None:

