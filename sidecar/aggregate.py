@@ -11,6 +11,7 @@ from sidecar.records import Label, Phase, Role, StackSample, Stage
 
 # When a process's threads disagree, the most specific role wins (PHASES.md, Roles).
 ROLE_ORDER = (Role.WORKER, Role.ENGINE_CORE, Role.API_SERVER, Role.OTHER)
+MAIN_THREAD = "MainThread"  # Python's name for a process's first thread, as py-spy reports it
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +26,10 @@ class Summary:
     phases: Mapping[str, Mapping[str, float]]  # phase -> {"samples": n, "share": x}
     by_role: Mapping[str, Mapping[str, float]]  # role -> phase -> share of that role's samples
     role_samples: Mapping[str, int]
+    # The same over each process's main thread only: where the engine loop, the worker's model
+    # step and the API server's event loop run. Helper threads (monitors, pools) idle by design
+    # and would otherwise dilute every role's shares by their number.
+    main_thread: Mapping[str, Mapping[str, float]]
     stages: Mapping[str, int]  # prefill / decode / unknown samples over model-step phases
     other_frames: Mapping[str, list[tuple[str, int]]]  # role -> what `other` holds, top frames
 
@@ -59,12 +64,15 @@ def _roles_from_stacks(labelled: Iterable[LabelledStack]) -> dict[int, Role]:
 def summarize(labelled: Iterable[LabelledStack], top_other: int = 5) -> Summary:
     phase_n: Counter[str] = Counter()
     role_phase: dict[str, Counter[str]] = defaultdict(Counter)
+    main_phase: dict[str, Counter[str]] = defaultdict(Counter)
     stages: Counter[str] = Counter({s.value: 0 for s in Stage})
     other: dict[str, Counter[str]] = defaultdict(Counter)
     for ls in labelled:
         n, label = ls.stack.weight, ls.label
         phase_n[label.phase.value] += n
         role_phase[label.role.value][label.phase.value] += n
+        if ls.stack.thread_name == MAIN_THREAD:
+            main_phase[label.role.value][label.phase.value] += n
         if label.phase in STEP_PHASES:
             stages[label.stage.value] += n
         if label.phase is Phase.OTHER:
@@ -75,6 +83,7 @@ def summarize(labelled: Iterable[LabelledStack], top_other: int = 5) -> Summary:
         phases={p.value: _entry(phase_n[p.value], total) for p in Phase},
         by_role={r: _shares(c) for r, c in sorted(role_phase.items())},
         role_samples={r: sum(c.values()) for r, c in sorted(role_phase.items())},
+        main_thread={r: _shares(c) for r, c in sorted(main_phase.items())},
         stages=dict(stages),
         other_frames={r: c.most_common(top_other) for r, c in sorted(other.items())},
     )

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from sidecar.aggregate import label_stacks
 from sidecar.classifier import STEP_PHASES, Classifier
 from sidecar.errors import ConfigError, SidecarError, exit_code
 from sidecar.parsers import parse_file
@@ -38,8 +39,9 @@ def classify(files: tuple[Path, ...], as_json: bool, rules: Path | None) -> None
     for path in files:
         parsed = parse_file(path)
         warnings += [f"{path}: {w}" for w in parsed.warnings]
-        for stack in parsed.stacks:
-            label = classifier.classify(stack)
+        # label_stacks gives every thread of a process its process's most specific role.
+        for labelled in label_stacks(classifier, parsed.stacks):
+            stack, label = labelled.stack, labelled.label
             entries.append(
                 {
                     "source": str(path),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -132,7 +133,7 @@ class SubprocessPySpy:
 
     def _wait(
         self, proc: subprocess.Popen[bytes], deadline: float, stop: Callable[[], bool]
-    ) -> tuple[int, os.struct_rusage]:
+    ) -> tuple[int, resource.struct_rusage]:
         """Wait for py-spy, SIGINT it at the deadline; os.wait4 gives its own CPU usage."""
         interrupted = False
         while True:

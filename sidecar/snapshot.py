@@ -61,6 +61,7 @@ class Snapshot:
             "phases": s.phases,
             "by_role": s.by_role,
             "role_samples": s.role_samples,
+            "main_thread": s.main_thread,
             "stages": s.stages,
             "other": {
                 r: [{"frame": f, "samples": n} for f, n in v] for r, v in s.other_frames.items()

@@ -1,0 +1,293 @@
+"""A small, standard-library load generator for the dev vLLM server's `/v1/completions`.
+
+Each named workload pushes the server into one serving phase, so a profile taken under it has a
+known expected shape: `prefill-heavy` (long prompts, 1-2 new tokens), `decode-heavy` (short
+prompts, 128 tokens with `ignore_eos` so lengths do not depend on the random weights) and
+`mixed`. Load is bounded in time, sent only to loopback, and counted from each response's `usage`.
+
+    python -m devtools.loadgen --url http://127.0.0.1:8000 --workload mixed --duration 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import json
+import random
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+
+from devtools.vllm_env import sentences
+
+MODEL = "tiny"
+# Prompt material comes from the tiny tokenizer's own training distribution, so token counts are
+# predictable: about 25 tokens per sentence with the 512-entry vocabulary (measured on this pool).
+_SENTENCE_POOL = sentences(2000, seed=7)
+_REQUEST_TIMEOUT_S = 60.0
+_FAILURE_BACKOFF_S = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One `/v1/completions` body, before JSON encoding."""
+
+    prompt: str
+    max_tokens: int
+    ignore_eos: bool
+
+    def body(self) -> bytes:
+        return json.dumps(
+            {
+                "model": MODEL,
+                "prompt": self.prompt,
+                "max_tokens": self.max_tokens,
+                "temperature": 0.0,
+                "ignore_eos": self.ignore_eos,
+            }
+        ).encode()
+
+
+def _prompt(rng: random.Random, sentence_count: int) -> str:
+    # A fresh draw per prompt, not a slice of the pool: prompts rarely share a prefix, so vLLM's
+    # prefix cache (on by default) cannot turn a prefill-heavy load into cache hits.
+    return " ".join(rng.sample(_SENTENCE_POOL, sentence_count))
+
+
+def _prefill_heavy(rng: random.Random) -> Request:
+    # 13-14 sentences: 270-425 tokens (mean ~345), inside --max-model-len 512 with the output.
+    return Request(_prompt(rng, rng.randint(13, 14)), rng.randint(1, 2), ignore_eos=True)
+
+
+def _decode_heavy(rng: random.Random) -> Request:
+    # 1-2 sentences: 10-70 prompt tokens, then 128 decode steps each.
+    return Request(_prompt(rng, rng.randint(1, 2)), 128, ignore_eos=True)
+
+
+def _mixed(rng: random.Random) -> Request:
+    roll = rng.random()
+    if roll < 0.35:
+        return _prefill_heavy(rng)
+    if roll < 0.7:
+        return _decode_heavy(rng)
+    return Request(_prompt(rng, rng.randint(3, 6)), rng.randint(16, 64), ignore_eos=True)
+
+
+WORKLOADS: dict[str, Callable[[random.Random], Request]] = {
+    "prefill-heavy": _prefill_heavy,
+    "decode-heavy": _decode_heavy,
+    "mixed": _mixed,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class LoadResult:
+    """What one load run achieved; token counts are the server's own (`usage`)."""
+
+    workload: str
+    requests_ok: int
+    requests_failed: int
+    prompt_tokens: int
+    completion_tokens: int
+    elapsed_s: float
+    last_error: str = ""
+
+    @property
+    def requests_per_s(self) -> float:
+        return self.requests_ok / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Generated (completion) tokens per second."""
+        return self.completion_tokens / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def prompt_tokens_per_s(self) -> float:
+        return self.prompt_tokens / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = asdict(self)
+        out["requests_per_s"] = round(self.requests_per_s, 3)
+        out["tokens_per_s"] = round(self.tokens_per_s, 1)
+        out["prompt_tokens_per_s"] = round(self.prompt_tokens_per_s, 1)
+        return out
+
+
+class _Tally:
+    """Counters shared by the client threads."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.ok = self.failed = self.prompt_tokens = self.completion_tokens = 0
+        self.last_error = ""
+
+    def add(self, usage: dict[str, int] | None, error: str = "") -> None:
+        with self.lock:
+            if usage is None:
+                self.failed += 1
+                self.last_error = error
+                return
+            self.ok += 1
+            self.prompt_tokens += int(usage.get("prompt_tokens", 0))
+            self.completion_tokens += int(usage.get("completion_tokens", 0))
+
+
+def run_load(
+    base_url: str,
+    workload: str,
+    duration_s: float,
+    concurrency: int = 8,
+    seed: int = 0,
+    max_requests: int | None = None,
+) -> LoadResult:
+    """Keep `concurrency` requests in flight for `duration_s` (no new request starts after it),
+    then wait for those in flight. Raises ValueError for an unknown workload or a non-loopback
+    URL."""
+    make_request = _workload(workload)
+    host, port = _loopback(base_url)
+    if duration_s <= 0 or concurrency < 1:
+        raise ValueError("duration_s must be > 0 and concurrency >= 1")
+    tally = _Tally()
+    started = time.monotonic()
+    deadline = started + duration_s
+    budget = threading.Semaphore(max_requests) if max_requests is not None else None
+
+    def client(index: int) -> None:
+        rng = random.Random(seed * 1000 + index)
+        conn = http.client.HTTPConnection(host, port, timeout=_REQUEST_TIMEOUT_S)
+        try:
+            while time.monotonic() < deadline:
+                if budget is not None and not budget.acquire(blocking=False):
+                    return
+                conn = _send(conn, host, port, make_request(rng), tally)
+        finally:
+            conn.close()
+
+    threads = [
+        threading.Thread(target=client, args=(i,), name=f"loadgen-{i}", daemon=True)
+        for i in range(concurrency)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(duration_s + _REQUEST_TIMEOUT_S + 5)
+    elapsed = time.monotonic() - started
+    return LoadResult(
+        workload,
+        tally.ok,
+        tally.failed,
+        tally.prompt_tokens,
+        tally.completion_tokens,
+        elapsed,
+        tally.last_error,
+    )
+
+
+class BackgroundLoad:
+    """The outcome of `background_load`, filled in when its thread has finished."""
+
+    def __init__(self) -> None:
+        self.result: LoadResult | None = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+
+
+@contextlib.contextmanager
+def background_load(
+    base_url: str,
+    workload: str = "mixed",
+    duration_s: float = 10.0,
+    concurrency: int = 8,
+    seed: int = 0,
+) -> Iterator[BackgroundLoad]:
+    """Run `run_load` in a thread while the body profiles the server; on exit, join the thread
+    (the load is bounded by `duration_s`), so no client outlives the block."""
+    _workload(workload)  # fail here, in the caller's thread, on a bad name
+    handle = BackgroundLoad()
+
+    def target() -> None:
+        try:
+            handle.result = run_load(base_url, workload, duration_s, concurrency, seed)
+        except BaseException as error:  # handed to the caller, not lost in the thread
+            handle.error = error
+        finally:
+            handle.done.set()
+
+    thread = threading.Thread(target=target, name=f"background-load-{workload}", daemon=True)
+    thread.start()
+    try:
+        yield handle
+    finally:
+        thread.join(duration_s + _REQUEST_TIMEOUT_S + 10)
+
+
+def _send(
+    conn: http.client.HTTPConnection, host: str, port: int, request: Request, tally: _Tally
+) -> http.client.HTTPConnection:
+    """One request on a keep-alive connection; a broken connection is replaced, not retried."""
+    try:
+        conn.request(
+            "POST",
+            "/v1/completions",
+            body=request.body(),
+            headers={"Content-Type": "application/json"},
+        )
+        response = conn.getresponse()
+        payload = response.read()
+        if response.status != 200:
+            tally.add(None, f"HTTP {response.status}: {payload[:300]!r}")
+            return conn
+        tally.add(json.loads(payload)["usage"])
+        return conn
+    except (OSError, http.client.HTTPException, ValueError, KeyError) as error:
+        tally.add(None, repr(error))
+        conn.close()
+        time.sleep(_FAILURE_BACKOFF_S)  # a dead server must not turn this into a busy loop
+        return http.client.HTTPConnection(host, port, timeout=_REQUEST_TIMEOUT_S)
+
+
+def _workload(name: str) -> Callable[[random.Random], Request]:
+    try:
+        return WORKLOADS[name]
+    except KeyError:
+        valid = ", ".join(sorted(WORKLOADS))
+        raise ValueError(f"unknown workload {name!r}; valid workloads: {valid}") from None
+
+
+def _loopback(base_url: str) -> tuple[str, int]:
+    """The load generator only ever targets this machine: it is a test tool, not a stressor."""
+    parsed = urllib.parse.urlsplit(base_url)
+    host = parsed.hostname or ""
+    if parsed.scheme != "http" or host not in ("127.0.0.1", "localhost", "::1"):
+        raise ValueError(f"loadgen only targets loopback http URLs, got {base_url!r}")
+    return host, parsed.port or 80
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m devtools.loadgen",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000")
+    parser.add_argument("--workload", default="mixed", help=f"one of: {', '.join(WORKLOADS)}")
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds of load")
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-requests", type=int, default=None)
+    args = parser.parse_args(argv)
+    try:
+        result = run_load(
+            args.url, args.workload, args.duration, args.concurrency, args.seed, args.max_requests
+        )
+    except ValueError as error:
+        parser.error(str(error))
+    print(json.dumps(result.to_dict(), indent=2))
+    return 0 if result.requests_failed == 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

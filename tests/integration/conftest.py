@@ -1,0 +1,43 @@
+"""Integration fixtures: one real, tiny vLLM server per test session, and load to put on it.
+
+The server comes from `devtools.server` (its own venv, random-weight 2-layer Llama); the first
+run on a fresh machine builds that venv (about 1.5 min), later runs reuse it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+import pytest
+
+from devtools.loadgen import BackgroundLoad
+from devtools.loadgen import background_load as _background_load
+from devtools.server import VllmServer
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+    """A started vLLM server, stopped (whole process tree) at the end of the session even when
+    tests fail. Its log is kept in the session's temporary folder."""
+    server = VllmServer(log_path=Path(tmp_path_factory.mktemp("vllm")) / "server.log")
+    server.start()  # stops what it started if it fails
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def background_load() -> Callable[..., AbstractContextManager[BackgroundLoad]]:
+    """`with background_load(server.base_url, "decode-heavy", 8.0) as load: ...`; after the
+    block `load.result` holds the LoadResult (the thread is joined on exit)."""
+    return _background_load
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Any test that uses the real server is an integration test, marked or not."""
+    for item in items:
+        if "vllm_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.integration)
