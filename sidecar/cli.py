@@ -89,6 +89,9 @@ class SnapshotConfig:
     py_spy: str | None
     any_python: bool
     as_json: bool
+    metrics_url: str | None = None
+    gpu: bool = True
+    host_proc_root: Path | None = None
 
 
 def parse_share(value: str | None) -> float | None:
@@ -127,6 +130,13 @@ def parse_share(value: str | None) -> float | None:
 @click.option("--py-spy", "py_spy", help="Path to the py-spy binary.")
 @click.option("--any-python", is_flag=True, help="Allow a Python process that is not vLLM.")
 @click.option("--json", "as_json", is_flag=True, help="Print summary.json instead of a table.")
+@click.option("--metrics-url", help="vLLM's /metrics (default: from the API server's flags).")
+@click.option("--no-gpu", is_flag=True, help="Skip NVML readings.")
+@click.option(
+    "--host-proc",
+    type=click.Path(path_type=Path),
+    help="The host's /proc, to map NVML's host PIDs from inside a container.",
+)
 def snapshot(**kwargs: object) -> None:
     """Sample a vLLM server for one window and write a snapshot folder under --out."""
     from sidecar.commands import take_snapshot  # keeps `classify` free of the sampler's imports
@@ -165,6 +175,9 @@ def _snapshot_config(kw: dict[str, object]) -> SnapshotConfig:
         py_spy=str(kw["py_spy"]) if kw["py_spy"] else None,
         any_python=bool(kw["any_python"]),
         as_json=bool(kw["as_json"]),
+        metrics_url=str(kw["metrics_url"]) if kw["metrics_url"] else None,
+        gpu=not kw["no_gpu"],
+        host_proc_root=Path(str(kw["host_proc"])) if kw["host_proc"] else None,
     )
 
 

@@ -6,12 +6,12 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from sidecar.classifier import Classifier
+from sidecar.collect import Collector, host_procfs, metrics_source_for, open_gpu_reader
 from sidecar.discovery import Deployment, discover, find_deployment, no_server_error
 from sidecar.errors import ConfigError
 from sidecar.procfs import ProcFs
 from sidecar.rules import load_rules
 from sidecar.sampler import RateController, Sampler, SubprocessPySpy
-from sidecar.snapshot import build_snapshot
 from sidecar.writers import write_snapshot
 
 if TYPE_CHECKING:
@@ -46,9 +46,21 @@ def take_snapshot(config: SnapshotConfig) -> tuple[Path, dict[str, Any]]:
         segment_s=5.0 if config.cpu_budget else config.duration_s,
         alive=lambda: target.still_alive(procfs),
     )
-    window = sampler.window(config.duration_s)
-    snap = build_snapshot(window, target.processes, Classifier(rules))
+    collector = Collector(
+        target=target,
+        sampler=sampler,
+        classifier=Classifier(rules),
+        procfs=procfs,
+        metrics=metrics_source_for(target, config.metrics_url, timeout_s=2.0),
+        gpu=open_gpu_reader(config.gpu),
+        host_procfs=host_procfs(config.host_proc_root),
+    )
+    try:
+        snap = collector.collect(config.duration_s)
+    finally:
+        if collector.gpu:
+            collector.gpu.close()
     folder = write_snapshot(snap, config.out)
-    if window.partial:
-        log.warning("partial window: %s", window.partial_reason)
+    if snap.window.partial:
+        log.warning("partial window: %s", snap.window.partial_reason)
     return folder, snap.summary_dict()

@@ -168,7 +168,9 @@ def load_rules(path: Path | None = None) -> RuleSet:
 
 def parse_rules(text: str, source: str = "<rules>") -> RuleSet:
     try:
-        data = yaml.safe_load(text)
+        # libyaml's loader when present: the pure-Python one takes seconds on a box whose cores
+        # vLLM keeps busy, and the rules are parsed before sampling starts.
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source} is not valid YAML: {exc}. Fix the syntax and retry.") from exc
     if not isinstance(data, Mapping) or not isinstance(data.get("rules"), list):

@@ -4,16 +4,35 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from sidecar.aggregate import LabelledStack, Summary, label_stacks, summarize
 from sidecar.classifier import STEP_PHASES, Classifier
+from sidecar.gpu import GpuReading
 from sidecar.records import ProcessInfo, Role
+from sidecar.resources import HostMemory, KvCache, ProcessStats
 from sidecar.sampler import Window
+from sidecar.vllm_metrics import ServingFigures
 
 SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Readings:
+    """Everything a window reads beside the stacks; each part None when it could not be read."""
+
+    process_stats: tuple[ProcessStats, ...] = ()
+    host_memory: HostMemory | None = None
+    gpu: GpuReading | None = None
+    gpu_util_start: float | None = None
+    serving: ServingFigures | None = None
+    metrics_url: str | None = None
+    kv_cache: KvCache | None = None
+
+    def with_kv_cache(self, kv: KvCache | None) -> Readings:
+        return replace(self, kv_cache=kv)
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +45,7 @@ class Snapshot:
     labelled: tuple[LabelledStack, ...]
     summary: Summary
     rules_source: str
+    readings: Readings = field(default_factory=Readings)
 
     STACK_COLUMNS = (
         "pid", "role", "thread_id", "thread_name", "phase", "stage",
@@ -67,6 +87,7 @@ class Snapshot:
                 r: [{"frame": f, "samples": n} for f, n in v] for r, v in s.other_frames.items()
             },
             "rules": self.rules_source,
+            **readings_dict(self.readings),
         }
 
     def stack_rows(self) -> list[dict[str, Any]]:
@@ -78,6 +99,7 @@ def build_snapshot(
     processes: tuple[ProcessInfo, ...],
     classifier: Classifier,
     host: str | None = None,
+    readings: Readings | None = None,
 ) -> Snapshot:
     roles: Mapping[int, Role] = {p.pid: p.role for p in processes if p.role is not Role.OTHER}
     labelled = label_stacks(classifier, window.stacks, roles)
@@ -91,7 +113,47 @@ def build_snapshot(
         labelled=labelled,
         summary=summarize(labelled),
         rules_source=classifier.rules.source,
+        readings=readings or Readings(),
     )
+
+
+def readings_dict(r: Readings) -> dict[str, Any]:
+    """The readers' sections of summary.json; a missing reader is null with a reason."""
+    return {
+        "resources": {
+            "host_memory": asdict(r.host_memory) if r.host_memory else None,
+            "processes": [asdict(p) for p in r.process_stats],
+        },
+        "gpu": _gpu_dict(r),
+        "serving": _serving_dict(r),
+        "kv_cache": asdict(r.kv_cache) if r.kv_cache else None,
+    }
+
+
+def _gpu_dict(r: Readings) -> dict[str, Any] | None:
+    if r.gpu is None:
+        return {"available": False, "reason": "GPU readings disabled"}
+    g = r.gpu
+    return {
+        "available": g.available,
+        "reason": g.reason,
+        "devices": [_device_dict(d) for d in g.devices],
+        "util_gpu_pct_start": r.gpu_util_start,
+        "unsupported": list(g.unsupported),
+        "errors": list(g.errors),
+    }
+
+
+def _device_dict(d: Any) -> dict[str, Any]:
+    out = asdict(d)
+    out["label"] = d.label
+    return out
+
+
+def _serving_dict(r: Readings) -> dict[str, Any]:
+    if r.serving is None:
+        return {"url": r.metrics_url, "reason": "vLLM /metrics not read"}
+    return {"url": r.metrics_url, **asdict(r.serving)}
 
 
 def _process_dict(p: ProcessInfo) -> dict[str, Any]:
