@@ -181,6 +181,22 @@ def _snapshot_config(kw: dict[str, object]) -> SnapshotConfig:
     )
 
 
+@cli.command()
+@click.argument("snapshot_dir", type=click.Path(path_type=Path))
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+def report(snapshot_dir: Path, fmt: str) -> None:
+    """Print the profile of one snapshot: memory, computation time, throughput, breakdowns."""
+    from sidecar.report import load_summary, render, report_data
+
+    summary = load_summary(snapshot_dir)
+    if fmt == "json":
+        click.echo(json.dumps(report_data(summary), indent=2))
+    else:
+        click.echo(render(summary))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: the one place where errors become exit codes."""
     try:

