@@ -164,9 +164,12 @@ def _render_memory(m: Mapping[str, Any]) -> str:
 def _render_computation(c: Mapping[str, Any]) -> str:
     if "missing" in c:
         return f"[Profile] Computation Time:\n- Prefill/Decoding: not measured ({c['missing']})"
-    return (f"[Profile] Computation Time:\n"
-            f"- Prefill: {c['prefill_ms']:.0f}ms ({100 * (c['prefill_share'] or 0):.0f}%)\n"
-            f"- Decoding: {c['decode_ms']:.0f}ms ({100 * (c['decode_share'] or 0):.0f}%)")  # fmt: skip
+    prefill, decode = 100 * (c["prefill_share"] or 0), 100 * (c["decode_share"] or 0)
+    return (
+        "[Profile] Computation Time:\n"
+        f"- Prefill: {c['prefill_ms']:.0f}ms ({prefill:.0f}%)\n"
+        f"- Decoding: {c['decode_ms']:.0f}ms ({decode:.0f}%)"
+    )
 
 
 def _render_throughput(t: Mapping[str, Any]) -> str:
@@ -200,8 +203,8 @@ def _main_table(main: Mapping[str, Mapping[str, float]]) -> str:
 
 def _render_stages(st: Mapping[str, Any]) -> str:
     samples = st["samples"]
-    line = ("Stages (model-step samples): " +
-            ", ".join(f"{k} {samples.get(k, 0)}" for k in ("prefill", "decode", "unknown")))  # fmt: skip
+    counts = ", ".join(f"{k} {samples.get(k, 0)}" for k in ("prefill", "decode", "unknown"))
+    line = f"Stages (model-step samples): {counts}"
     est = st.get("estimate")
     if est:
         total = est["prefill"] + est["decode"]
