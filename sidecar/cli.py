@@ -8,6 +8,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -197,10 +198,87 @@ def report(snapshot_dir: Path, fmt: str) -> None:
         click.echo(render(summary))
 
 
+# ---------------------------------------------------------------------------------- run, doctor
+
+
+def _daemon_options(f: Any) -> Any:
+    """Flags shared by `run` and `doctor`; each overrides the config file and environment."""
+    options = [
+        click.option("--config", "config_path", type=click.Path(path_type=Path),
+                     help="YAML config (see configs/sidecar.yaml)."),
+        click.option("--pid", type=int, help="Any process of the vLLM server."),
+        click.option("--pid-file", type=click.Path(path_type=Path),
+                     help="A file holding that PID; re-read when vLLM restarts."),
+        click.option("--discover/--no-discover", default=None,
+                     help="Find vLLM under --proc-root."),
+        click.option("--proc-root", type=click.Path(path_type=Path)),
+        click.option("--out", type=click.Path(path_type=Path), help="Output folder."),
+        click.option("--metrics-url"),
+        click.option("--exporter-listen", help="host:port of the sidecar's /metrics, or off."),
+        click.option("--rate", type=float),
+        click.option("--cpu-budget"),
+        click.option("--window", help="Window length, e.g. 60s."),
+        click.option("--interval", help="A window every ..., e.g. 5m."),
+        click.option("--baseline-every", help="Baseline period, e.g. 1h."),
+    ]  # fmt: skip
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+_FLAG_KEYS = {
+    "pid": "target.pid", "pid_file": "target.pid_file", "discover": "target.discover",
+    "proc_root": "target.proc_root", "out": "output.dir", "metrics_url": "metrics.url",
+    "exporter_listen": "exporter_listen", "rate": "sampling.rate_hz",
+    "cpu_budget": "sampling.cpu_budget", "window": "schedule.window_s",
+    "interval": "schedule.interval_s", "baseline_every": "schedule.baseline_every_s",
+}  # fmt: skip
+
+
+def _load_daemon_config(kw: dict[str, Any]) -> tuple[Any, Path | None, dict[str, Any]]:
+    from sidecar.config import load_config
+
+    flags = {_FLAG_KEYS[k]: v for k, v in kw.items() if k in _FLAG_KEYS and v is not None}
+    if flags.get("target.pid") is not None or flags.get("target.pid_file") is not None:
+        flags.setdefault("target.discover", False)
+    path = kw.get("config_path")
+    return load_config(path, flags=flags), path, flags
+
+
+@cli.command()
+@_daemon_options
+def run(**kw: Any) -> None:
+    """Profile vLLM on a schedule: snapshots, hourly baselines, a Prometheus endpoint."""
+    from sidecar.daemon import Daemon
+    from sidecar.logs import setup_logging
+
+    config, path, flags = _load_daemon_config(kw)
+    setup_logging(config.log_level)
+    Daemon(config, config_path=path, flags=flags).run()
+
+
+@cli.command()
+@_daemon_options
+def doctor(**kw: Any) -> None:
+    """Check py-spy, ptrace, the target, NVML, vLLM's /metrics and the output folder."""
+    from sidecar.doctor import Status, run_checks
+
+    config, _, _ = _load_daemon_config(kw)
+    checks = run_checks(config)
+    for c in checks:
+        click.echo(f"[{c.status.value:>4}] {c.name}: {c.detail}")
+        if c.fix:
+            click.echo(f"       fix: {c.fix}")
+    if any(c.status is Status.FAIL for c in checks):
+        raise SystemExit(1)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: the one place where errors become exit codes."""
     try:
         cli.main(args=argv, prog_name="vllm-sidecar", standalone_mode=False)
+    except SystemExit as exc:  # doctor's verdict
+        return int(exc.code or 0)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         return 130

@@ -11,7 +11,7 @@ import errno
 import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol
@@ -27,10 +27,16 @@ class SnapshotWriter(Protocol):
 
 
 class SummaryJsonWriter:
+    """summary.json; `extra` keys (the store's `kind`) are merged in at the top level."""
+
     filename = "summary.json"
 
+    def __init__(self, extra: Mapping[str, Any] | None = None) -> None:
+        self.extra = dict(extra or {})
+
     def write(self, snapshot: Snapshot, path: Path) -> None:
-        path.write_text(json.dumps(snapshot.summary_dict(), indent=2, sort_keys=False) + "\n")
+        summary = {**snapshot.summary_dict(), **self.extra}
+        path.write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")
 
 
 class CollapsedWriter:
@@ -64,10 +70,18 @@ WRITERS: dict[str, Callable[[], SnapshotWriter]] = {
 }
 
 
-def write_snapshot(snapshot: Snapshot, out_dir: Path, formats: tuple[str, ...] = ()) -> Path:
-    """Write all formats into OUT_DIR/<snapshot.name>/ atomically; returns the final folder."""
-    writers = [WRITERS[f]() for f in (formats or tuple(WRITERS))]
-    final = _free_name(out_dir, snapshot.name)
+def write_snapshot(
+    snapshot: Snapshot,
+    out_dir: Path,
+    formats: tuple[str, ...] = (),
+    *,
+    name: str | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write all formats into OUT_DIR/<name or snapshot.name>/ atomically (a taken name gets
+    `-1`, `-2`, ...); `extra` is merged into summary.json. Returns the final folder."""
+    writers = [_writer(f, extra) for f in (formats or tuple(WRITERS))]
+    final = _free_name(out_dir, name or snapshot.name)
     tmp = out_dir / f".{final.name}.tmp-{os.getpid()}"
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -76,11 +90,15 @@ def write_snapshot(snapshot: Snapshot, out_dir: Path, formats: tuple[str, ...] =
             writer.write(snapshot, tmp / writer.filename)
         _fsync_tree(tmp)
         os.replace(tmp, final)
-        _fsync_dir(out_dir)
+        fsync_dir(out_dir)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         raise OutputError(_explain_os_error(exc, out_dir)) from exc
     return final
+
+
+def _writer(fmt: str, extra: Mapping[str, Any] | None) -> SnapshotWriter:
+    return SummaryJsonWriter(extra) if fmt == "summary" else WRITERS[fmt]()
 
 
 def _free_name(out_dir: Path, name: str) -> Path:
@@ -94,10 +112,10 @@ def _fsync_tree(folder: Path) -> None:
     for f in folder.iterdir():
         with f.open("rb") as handle:
             os.fsync(handle.fileno())
-    _fsync_dir(folder)
+    fsync_dir(folder)
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: Path) -> None:
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)

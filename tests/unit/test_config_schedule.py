@@ -3,6 +3,7 @@ deadlines on a fake monotonic clock, baselines on the wall clock)."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -50,7 +51,11 @@ def test_precedence_file_then_environment_then_flags(tmp_path: Path) -> None:
         ("sampling: {cpu_budget: 150%}", {}, "between 0 and 1"),
         ("target: {pid: 12, pid_file: /run/vllm.pid}", {}, "not both"),
         ("[1, 2]", {}, "expected a mapping of sections"),
-        ("", {"VLLM_SIDECAR_OUTPUTDIR": "/x"}, "unknown environment variable VLLM_SIDECAR_OUTPUTDIR"),
+        (
+            "",
+            {"VLLM_SIDECAR_OUTPUTDIR": "/x"},
+            "unknown environment variable VLLM_SIDECAR_OUTPUTDIR",
+        ),
         ("log_level: loud", {}, "log_level must be one of"),
     ],
 )
@@ -83,7 +88,9 @@ class Clocks:
         return self.mono + self.wall_offset
 
 
-def schedule(window: float = 10, interval: float = 60, baseline: float = 3600) -> tuple[Schedule, Clocks]:
+def schedule(
+    window: float = 10, interval: float = 60, baseline: float = 3600
+) -> tuple[Schedule, Clocks]:
     clocks = Clocks()
     cfg = ScheduleConfig(window_s=window, interval_s=interval, baseline_every_s=baseline)
     return Schedule(cfg, clocks.clock, clocks.wall), clocks
@@ -101,7 +108,7 @@ def run_window(s: Schedule, c: Clocks, length: float) -> tuple[WindowKind, float
 def test_deadlines_are_absolute_and_do_not_drift() -> None:
     s, c = schedule()
     starts = [run_window(s, c, 10)[1] for _ in range(5)]
-    assert [round(b - a, 6) for a, b in zip(starts, starts[1:], strict=False)] == [60.0] * 4
+    assert [round(b - a, 6) for a, b in itertools.pairwise(starts)] == [60.0] * 4
     assert s.missed == 0
 
 

@@ -1,0 +1,150 @@
+"""`vllm-sidecar doctor`: check each thing the daemon needs, and say what to fix."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import TypeVar
+
+from sidecar.collect import metrics_source_for, open_gpu_reader
+from sidecar.commands import resolve_target
+from sidecar.config import Config
+from sidecar.discovery import Deployment
+from sidecar.errors import SidecarError
+from sidecar.procfs import ProcFs
+from sidecar.sampler import PTRACE_HELP, SubprocessPySpy, explain_failure
+from sidecar.vllm_metrics import take_scrape
+
+CAP_SYS_PTRACE = 19
+_T = TypeVar("_T")
+
+
+class Status(StrEnum):
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "FAIL"
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    name: str
+    status: Status
+    detail: str
+    fix: str = ""
+
+
+def run_checks(config: Config) -> list[Check]:
+    checks: list[Check] = []
+    spy = _guard(checks, "py-spy", lambda: _py_spy(config))
+    target = _guard(checks, "target", lambda: _target(config))
+    checks.append(_ptrace(spy, target))
+    checks.append(_nvml(config))
+    if target is not None:
+        checks.append(_metrics(config, target))
+    checks.append(_output(config))
+    return checks
+
+
+def _guard(checks: list[Check], name: str, fn: Callable[[], tuple[Check, _T]]) -> _T | None:
+    try:
+        check, value = fn()
+    except SidecarError as exc:
+        checks.append(Check(name, Status.FAIL, str(exc)))
+        return None
+    checks.append(check)
+    return value
+
+
+def _py_spy(config: Config) -> tuple[Check, SubprocessPySpy]:
+    spy = SubprocessPySpy.find(config.sampling.py_spy)
+    version = subprocess.run([spy.binary, "--version"], capture_output=True, text=True,
+                             timeout=10).stdout.strip()  # fmt: skip
+    return Check("py-spy", Status.OK, f"{spy.binary} ({version or 'version unknown'})"), spy
+
+
+def _target(config: Config) -> tuple[Check, Deployment]:
+    t = config.target
+    pid = t.pid
+    if t.pid_file is not None:
+        pid = int(Path(t.pid_file).read_text().split()[0])
+    target = resolve_target(ProcFs(t.proc_root), pid, t.any_python)
+    roles = ", ".join(f"{p.pid} {p.role.value}" for p in target.processes)
+    return Check("target", Status.OK, f"vLLM deployment {target.root.pid}: {roles}"), target
+
+
+def _ptrace(spy: SubprocessPySpy | None, target: Deployment | None) -> Check:
+    scope = _read("/proc/sys/kernel/yama/ptrace_scope")
+    has_cap = _has_cap(CAP_SYS_PTRACE)
+    detail = f"CAP_SYS_PTRACE {'present' if has_cap else 'absent'}, ptrace_scope {scope or 'n/a'}"
+    if spy is None or target is None:
+        status = Status.OK if has_cap else Status.WARN
+        fix = "" if has_cap else PTRACE_HELP.format(pid="<vLLM>")
+        return Check("ptrace", status, detail + " (not tried: no target or py-spy)", fix)
+    result = subprocess.run([spy.binary, "dump", "--pid", str(target.root.pid)],
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    if result.returncode == 0:
+        return Check("ptrace", Status.OK, detail + f"; py-spy dump of {target.root.pid} works")
+    return Check(
+        "ptrace", Status.FAIL, detail, str(explain_failure(target.root.pid, result.stderr))
+    )
+
+
+def _nvml(config: Config) -> Check:
+    reader = open_gpu_reader(config.gpu)
+    if reader is None:
+        return Check("nvml", Status.OK, "GPU readings disabled (gpu: false)")
+    try:
+        reading = reader.read()
+    finally:
+        reader.close()
+    if not reading.available:
+        return Check("nvml", Status.OK, reading.reason or "no NVIDIA GPU: CPU mode")
+    names = ", ".join(f"{d.label} {d.name}" for d in reading.devices)
+    unsupported = f"; unsupported: {', '.join(reading.unsupported)}" if reading.unsupported else ""
+    return Check("nvml", Status.OK, names + unsupported)
+
+
+def _metrics(config: Config, target: Deployment) -> Check:
+    source = metrics_source_for(target, config.metrics.url, config.metrics.timeout_s)
+    scrape = take_scrape(source)
+    if scrape.ok and any(name.startswith("vllm:") for name in scrape.samples):
+        return Check("metrics", Status.OK, f"{source.url}: {len(scrape.samples)} series")
+    return Check("metrics", Status.WARN, f"{source.url}: {scrape.error or 'no vllm: metrics'}",
+                 "set metrics.url / --metrics-url to vLLM's OpenAI server /metrics")  # fmt: skip
+
+
+def _output(config: Config) -> Check:
+    folder = config.output.dir
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".doctor-"):
+            pass
+    except OSError as exc:
+        return Check("output", Status.FAIL, f"{folder}: {exc.strerror or exc}",
+                     "give the sidecar's user write access (systemd: StateDirectory=; Docker: "
+                     "a writable volume), or set output.dir / --out")  # fmt: skip
+    free = shutil.disk_usage(folder).free
+    need = config.output.min_free_mb * 2**20
+    status = Status.OK if free >= need else Status.WARN
+    fix = "" if status is Status.OK else "free disk space or lower output.min_free_mb"
+    return Check("output", status, f"{folder}: writable, {free / 2**30:.1f} GiB free", fix)
+
+
+def _has_cap(bit: int) -> bool:
+    for line in (_read("/proc/self/status") or "").splitlines():
+        if line.startswith("CapEff:"):
+            return bool(int(line.split()[1], 16) >> bit & 1)
+    return os.geteuid() == 0
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None

@@ -1,0 +1,443 @@
+"""The snapshot store: `OUT/<host>/<UTC timestamp>[-baseline]/` folders, their index, retention
+and the disk-space policy. A full disk is data, not a crash (STYLE.md 7): a write that would
+leave less than `min_free`, or that the kernel refuses, is skipped with a reason and logged once
+per transition. Folders appear atomically, deletions rename to a hidden name first and the index
+is replaced atomically, so a reader only ever sees complete snapshots."""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import errno
+import json
+import logging
+import os
+import re
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from sidecar.errors import OutputError
+from sidecar.snapshot import Snapshot
+from sidecar.writers import fsync_dir, write_snapshot
+
+log = logging.getLogger("vllm_sidecar")
+
+INDEX_NAME = "index.json"
+INDEX_SCHEMA = 1
+MAX_GAPS = 100
+TS_FORMAT = "%Y%m%dT%H%M%SZ"
+# `write_snapshot` appends `-1`, `-2` to a taken name, so a baseline collision is `TS-baseline-1`.
+_NAME = re.compile(r"^(?P<ts>\d{8}T\d{6}Z)(?P<baseline>-baseline)?(?:-(?P<seq>\d+))?$")
+# What a killed process leaves: a writer's `.<name>.tmp-<pid>`, our `.<name>.del-<pid>`.
+_LEFTOVER = re.compile(r"^\..+\.(?:tmp|del)-(?P<pid>\d+)$")
+_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+DiskUsage = Callable[[Path], tuple[int, int, int]]  # (total, used, free), as shutil.disk_usage
+
+
+class Kind(StrEnum):
+    SNAPSHOT = "snapshot"
+    BASELINE = "baseline"
+
+
+class DiskState(StrEnum):
+    OK = "ok"
+    LOW = "low"
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    max_age_s: float | None
+    baseline_max_age_s: float | None
+    max_total_bytes: int | None
+    min_free_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOutcome:
+    path: Path | None
+    skipped_reason: str | None = None
+    deleted: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSnapshot:
+    """One complete snapshot folder as the store accounts for it (one scan, then kept current)."""
+
+    path: Path
+    kind: Kind
+    started: float  # Unix seconds of the window start, from the folder name
+    seq: int  # the collision suffix
+    bytes: int
+
+    @classmethod
+    def parse(cls, folder: Path) -> StoredSnapshot | None:
+        m = _NAME.match(folder.name)
+        if m is None:
+            return None
+        try:
+            started = datetime.strptime(m["ts"], TS_FORMAT).replace(tzinfo=UTC).timestamp()
+        except ValueError:
+            return None
+        kind = Kind.BASELINE if m["baseline"] else Kind.SNAPSHOT
+        return cls(folder, kind, started, int(m["seq"] or 0), _folder_bytes(folder))
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def created_at(self) -> str:
+        return _iso(self.started)
+
+    def as_index(self) -> dict[str, str]:
+        return {"name": self.name, "kind": self.kind.value, "created_at": self.created_at}
+
+
+class SnapshotStore:
+    def __init__(
+        self,
+        root: Path,
+        host: str,
+        retention: Retention,
+        disk_usage: DiskUsage = shutil.disk_usage,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.root = Path(root)
+        self.host = host
+        self.dir = self.root / host
+        self.retention = retention
+        self._disk_usage = disk_usage
+        self._clock = clock
+        self._lock = threading.RLock()
+        self.disk_state = DiskState.OK
+        self.free_bytes = 0
+        self.snapshots_written = self.writes_skipped = self.deleted_total = 0
+        self._failing: str | None = None  # the write failure last logged: each is logged once
+        self._index_failing = False
+        self._entries = self._scan()
+        self._estimate = self._entries[-1].bytes if self._entries else 0
+        gaps = (self._read_index() or {}).get("gaps")
+        self._gaps: list[dict[str, Any]] = gaps[-MAX_GAPS:] if isinstance(gaps, list) else []
+        self._probe()
+        self._write_index()
+
+    def write(self, snapshot: Snapshot, kind: Kind | str) -> WriteOutcome:
+        """Retention, room for the snapshot, then an atomic write; never raises on a full disk."""
+        kind = Kind(kind)
+        with self._lock:
+            deleted = self._retire(reserve=self._estimate) + self._make_room()
+            shortfall = self._shortfall()
+            if shortfall is not None:
+                return self._skipped(shortfall, space=True, deleted=deleted)
+            name = snapshot.name + ("-baseline" if kind is Kind.BASELINE else "")
+            try:
+                path = write_snapshot(snapshot, self.dir, name=name, extra={"kind": kind.value})
+            except (OutputError, OSError) as exc:
+                return self._skipped(str(exc), space=_is_space_error(exc), deleted=deleted)
+            self._added(path)
+            return WriteOutcome(path, None, tuple(deleted))
+
+    def enforce_retention(self) -> tuple[str, ...]:
+        """Delete by age, then by total size; returns the deleted folder names."""
+        with self._lock:
+            deleted = self._retire(reserve=0)
+            if deleted:
+                self._write_index()
+            return tuple(deleted)
+
+    def record_gap(self, start_wall: float, end_wall: float | None, reason: str) -> None:
+        """Note a time without snapshots (target down); a gap left open (`end_wall` None) is
+        closed by the next call with the same start."""
+        gap = {"from": _iso(start_wall), "to": _iso(end_wall) if end_wall is not None else None,
+               "reason": reason}  # fmt: skip
+        with self._lock:
+            last = self._gaps[-1] if self._gaps else None
+            if last is not None and last["from"] == gap["from"] and last["to"] is None:
+                self._gaps[-1] = gap
+            else:
+                self._gaps.append(gap)
+            del self._gaps[:-MAX_GAPS]
+            self._write_index()
+
+    def cleanup_temp(self) -> tuple[str, ...]:
+        """Remove what a killed writer left (`kill -9` mid-write); called at start. A leftover of
+        a dead pid goes, and one with our own pid (we hold the write lock, so it is not in flight;
+        in a container the sidecar is PID 1 on every run); another live process's is kept."""
+        removed: list[str] = []
+        with self._lock:
+            for path in _children(self.dir):
+                m = _LEFTOVER.match(path.name)
+                pid = int(m["pid"]) if m else None
+                if pid is None or (pid != os.getpid() and _pid_alive(pid)):
+                    continue
+                _remove(path)
+                removed.append(path.name)
+        if removed:
+            log.info("removed %d leftover temporary folders under %s", len(removed), self.dir)
+        return tuple(removed)
+
+    def latest(self) -> StoredSnapshot | None:
+        """The newest folder of either kind, as the index names it (a scan if it cannot)."""
+        return self._from_index("latest")
+
+    def latest_baseline(self) -> StoredSnapshot | None:
+        return self._from_index("latest_baseline")
+
+    def snapshots(self) -> tuple[StoredSnapshot, ...]:
+        """Every complete snapshot folder, oldest first (from memory, no scan)."""
+        with self._lock:
+            return tuple(self._entries)
+
+    @property
+    def total_bytes_used(self) -> int:
+        return sum(e.bytes for e in self._entries)
+
+    def _retire(self, reserve: int) -> list[str]:
+        return self._delete_all(self._expired()) + self._delete_all(self._over_size(reserve))
+
+    def _expired(self) -> list[StoredSnapshot]:
+        now, keep, r = self._clock(), self._newest(Kind.BASELINE), self.retention
+        ages = {Kind.SNAPSHOT: r.max_age_s, Kind.BASELINE: r.baseline_max_age_s}
+        return [
+            e
+            for e in self._entries
+            if e is not keep and (age := ages[e.kind]) is not None and now - e.started > age
+        ]
+
+    def _over_size(self, reserve: int) -> list[StoredSnapshot]:
+        """Oldest regular snapshots first, then old baselines; never the newest baseline.
+        `reserve` makes room for the coming write, unless one snapshot is over the limit alone."""
+        limit = self.retention.max_total_bytes
+        if limit is None:
+            return []
+        excess = self.total_bytes_used + (reserve if reserve < limit else 0) - limit
+        keep = self._newest(Kind.BASELINE)
+        candidates = [e for e in self._entries if e is not keep]
+        out = []
+        for e in sorted(candidates, key=lambda e: e.kind is Kind.BASELINE):  # stable: by age
+            if excess <= 0:
+                break
+            out.append(e)
+            excess -= e.bytes
+        return out
+
+    def _make_room(self) -> list[str]:
+        """Delete the oldest regular snapshots while free space is short, but only when that can
+        make room: a disk filled by something else must not cost the whole history."""
+        free, need = self._probe(), self._need()
+        if free is None or free >= need:
+            return []
+        regular = [e for e in self._entries if e.kind is Kind.SNAPSHOT]
+        if free + sum(e.bytes for e in regular) < need:
+            return []
+        deleted: list[str] = []
+        for e in regular:
+            if free is None or free >= need or not self._delete(e):
+                break
+            deleted.append(e.name)
+            free = self._probe()
+        if deleted:
+            log.info("deleted %d old snapshots under %s to make room", len(deleted), self.dir)
+        return deleted
+
+    def _shortfall(self) -> str | None:
+        free, need, floor = self._probe(), self._need(), self.retention.min_free_bytes
+        if free is None or free >= need:
+            self.disk_state = DiskState.OK
+            return None
+        return (
+            f"disk nearly full: {_size(free)} free under {self.root}, need {_size(need)} "
+            f"({_size(floor)} min_free + {_size(self._estimate)} for the snapshot); keeping the "
+            "baselines: free space there or lower output.min_free_mb"
+        )
+
+    def _need(self) -> int:
+        return self.retention.min_free_bytes + self._estimate
+
+    def _skipped(self, reason: str, *, space: bool, deleted: list[str]) -> WriteOutcome:
+        self.writes_skipped += 1
+        if space:
+            self.disk_state = DiskState.LOW
+        key = "space" if space else reason
+        if self._failing != key:
+            log.warning("snapshots are not being written: %s", reason)
+            self._failing = key
+        self._write_index()
+        return WriteOutcome(None, reason, tuple(deleted))
+
+    def _added(self, path: Path) -> None:
+        entry = StoredSnapshot.parse(path)
+        assert entry is not None, path  # the name comes from Snapshot.name: a UTC timestamp
+        bisect.insort(self._entries, entry, key=_order)
+        self.snapshots_written += 1
+        self._estimate = entry.bytes
+        self._probe()
+        self.disk_state = DiskState.OK
+        if self._failing is not None:
+            log.info("writing snapshots again under %s (%s free)", self.dir,
+                     _size(self.free_bytes))  # fmt: skip
+            self._failing = None
+        self._write_index()
+
+    def _delete_all(self, doomed: list[StoredSnapshot]) -> list[str]:
+        return [e.name for e in doomed if self._delete(e)]
+
+    def _delete(self, e: StoredSnapshot) -> bool:
+        """Rename to a hidden name first, so no reader sees a half-deleted folder."""
+        hidden = self.dir / f".{e.name}.del-{os.getpid()}"
+        try:
+            os.replace(self.dir / e.name, hidden)
+        except FileNotFoundError:
+            pass  # deleted by hand: only the accounting is left to fix
+        except OSError as exc:
+            log.warning("cannot delete old snapshot %s: %s", self.dir / e.name, exc)
+            return False
+        shutil.rmtree(hidden, ignore_errors=True)  # a leftover goes at the next cleanup_temp
+        self._entries.remove(e)
+        self.deleted_total += 1
+        return True
+
+    def _newest(self, kind: Kind | None) -> StoredSnapshot | None:
+        of_kind = [e for e in self._entries if kind is None or e.kind is kind]
+        return of_kind[-1] if of_kind else None
+
+    def _probe(self) -> int | None:
+        """Free bytes where the snapshots go (the nearest folder that exists yet)."""
+        path = self.dir
+        while not path.exists() and path != path.parent:
+            path = path.parent
+        try:
+            self.free_bytes = int(self._disk_usage(path)[2])  # (total, used, free)
+        except OSError as exc:
+            log.debug("cannot read free space under %s: %s", path, exc)
+            return None
+        return self.free_bytes
+
+    def _scan(self) -> list[StoredSnapshot]:
+        found = (StoredSnapshot.parse(p) for p in _children(self.dir) if p.is_dir())
+        return sorted((e for e in found if e is not None), key=_order)
+
+    def _index_doc(self) -> dict[str, Any]:
+        latest, baseline = self._newest(None), self._newest(Kind.BASELINE)
+        return {
+            "schema": INDEX_SCHEMA,
+            "host": self.host,
+            "updated_at": _iso(self._clock()),
+            "latest": latest.as_index() if latest else None,
+            "latest_baseline": baseline.as_index() if baseline else None,
+            "counts": {k.value: sum(e.kind is k for e in self._entries) for k in Kind},
+            "bytes": self.total_bytes_used,
+            "gaps": self._gaps[-MAX_GAPS:],
+            "disk": {"state": self.disk_state.value, "free_bytes": self.free_bytes},
+        }
+
+    def _write_index(self) -> None:
+        """Temp file in the same folder, fsync, os.replace: readers see the old or the new."""
+        tmp = self.dir / f".{INDEX_NAME}.tmp-{os.getpid()}"
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            with tmp.open("w") as handle:
+                handle.write(json.dumps(self._index_doc(), indent=2) + "\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, self.dir / INDEX_NAME)
+            fsync_dir(self.dir)
+        except OSError as exc:
+            _remove(tmp)
+            if not self._index_failing:
+                log.warning("cannot update %s (the previous one stays): %s",
+                            self.dir / INDEX_NAME, exc)  # fmt: skip
+            self._index_failing = True
+            return
+        self._index_failing = False
+
+    def _read_index(self) -> dict[str, Any] | None:
+        try:
+            doc = json.loads((self.dir / INDEX_NAME).read_text())
+        except (OSError, ValueError):
+            return None
+        return doc if isinstance(doc, dict) and doc.get("schema") == INDEX_SCHEMA else None
+
+    def _from_index(self, key: str) -> StoredSnapshot | None:
+        with self._lock:
+            try:
+                return _entry(self._read_index(), key, self.dir)
+            except ValueError as exc:
+                log.info("rebuilding %s from a scan: %s", self.dir / INDEX_NAME, exc)
+            self._entries = self._scan()
+            self._write_index()
+            return _entry(self._index_doc(), key, self.dir)
+
+
+def _entry(doc: dict[str, Any] | None, key: str, folder: Path) -> StoredSnapshot | None:
+    """The folder the index names under `key`; ValueError when the index is missing, bad or
+    stale (names a folder that is gone)."""
+    if doc is None or key not in doc:
+        raise ValueError("missing or unreadable")
+    if doc[key] is None:
+        return None
+    name = doc[key].get("name") if isinstance(doc[key], dict) else None
+    entry = StoredSnapshot.parse(folder / name) if isinstance(name, str) else None
+    if entry is None or not entry.path.is_dir():
+        raise ValueError(f"{key!r} names {name!r}, which is not a snapshot folder")
+    return entry
+
+
+def _is_space_error(exc: BaseException) -> bool:
+    for e in (exc, exc.__cause__):
+        if isinstance(e, OSError) and (e.errno in _SPACE_ERRNOS or "No space left" in str(e)):
+            return True
+    return False
+
+
+def _children(folder: Path) -> list[Path]:
+    try:
+        return list(folder.iterdir())
+    except OSError:  # not there yet, or not a folder
+        return []
+
+
+def _folder_bytes(folder: Path) -> int:
+    total = 0
+    for path in _children(folder):
+        with contextlib.suppress(OSError):
+            total += _folder_bytes(path) if path.is_dir() else path.stat().st_size
+    return total
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # it exists, as another user's
+    return True
+
+
+def _order(e: StoredSnapshot) -> tuple[float, int]:
+    return (e.started, e.seq)
+
+
+def _iso(wall: float) -> str:
+    return datetime.fromtimestamp(wall, tz=UTC).isoformat(timespec="seconds")
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.0f} MiB" if n >= 2**24 else f"{n / 2**20:.2f} MiB"
