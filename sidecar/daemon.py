@@ -68,6 +68,7 @@ class Daemon:
         self.restarts = 0
         self._down_since: float | None = None
         self._gap_reason = ""
+        self._had_window = False
         self.gpu: NvmlReader | None = None
         self._build(config)
 
@@ -161,6 +162,7 @@ class Daemon:
         snapshot = self._collector(self.target).collect(
             self.config.schedule.window_s, stop=self._should_stop
         )
+        self._had_window = True
         outcome = self.store.write(snapshot, planned.kind.value)
         self.schedule.done(planned)
         summary = snapshot.summary_dict()
@@ -184,6 +186,7 @@ class Daemon:
             controller=self.controller,
             segment_s=min(15.0, self.config.schedule.window_s),
             alive=lambda: target.still_alive(self.procfs),
+            fail_fast=not self._had_window,  # only a failed *start* is fatal
         )
         return Collector(
             target=target,

@@ -6,6 +6,8 @@ on recorded py-spy output, and the real runner is tested against real processes.
 
 from __future__ import annotations
 
+import ctypes
+import math
 import os
 import re
 import resource
@@ -34,6 +36,7 @@ PTRACE_HELP = (
 )
 _COUNTS = re.compile(r"Samples:\s*(\d+)\s+Errors:\s*(\d+)")
 # py-spy warns "1.04s behind in sampling" when it cannot keep up (CPU starved): the lateness.
+_PR_SET_PDEATHSIG = 1  # prctl(2)
 _BEHIND = re.compile(r"([\d.]+)s behind in sampling")
 
 
@@ -73,7 +76,7 @@ class SubprocessPySpy:
     what it has: the same path a SIGTERM of the sidecar takes to cut a window short."""
 
     binary: str
-    poll_s: float = 0.05
+    poll_s: float = 0.2  # deadline precision; each wake-up costs the sidecar CPU
 
     @classmethod
     def find(cls, explicit: str | None = None) -> SubprocessPySpy:
@@ -104,6 +107,7 @@ class SubprocessPySpy:
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 stdin=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent,
             )
             status, usage = self._wait(proc, started + request.duration_s, stop)
             stderr = ""
@@ -126,6 +130,9 @@ class SubprocessPySpy:
 
     def _argv(self, r: RecordRequest, out: Path) -> list[str]:
         argv = [self.binary, "record", "--pid", str(r.pid), "--rate", f"{max(r.rate_hz, 0.1):g}"]
+        # A safety net: py-spy ends by itself shortly after the deadline even if the sidecar
+        # is killed before it can send SIGINT (it would stay attached to vLLM otherwise).
+        argv += ["--duration", str(math.ceil(r.duration_s) + 5)]
         argv += ["--format", "raw", "--output", str(out), "--threads"]
         argv += ["--subprocesses"] * r.subprocesses + ["--idle"] * r.idle
         argv += ["--native"] * r.native + ([] if r.blocking else ["--nonblocking"])
@@ -145,6 +152,14 @@ class SubprocessPySpy:
                 proc.send_signal(signal.SIGINT)
                 interrupted = True
             time.sleep(self.poll_s)
+
+
+def _die_with_parent() -> None:
+    """In the py-spy child, before exec: SIGTERM it when the sidecar dies (kill -9 included)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the --duration safety net remains
+        pass
 
 
 # ---------------------------------------------------------------------------------- windows
@@ -204,6 +219,7 @@ class Sampler:
     alive: Callable[[], bool] = field(default=lambda: True)
     clock: Callable[[], float] = time.monotonic
     wall_clock: Callable[[], float] = time.time
+    fail_fast: bool = True  # the daemon clears it after its first good window
 
     def window(self, duration_s: float, stop: Callable[[], bool] = lambda: False) -> Window:
         started_at, start = self.wall_clock(), self.clock()
@@ -222,6 +238,8 @@ class Sampler:
                 break
         if stop() and reason is None and self.clock() - start < duration_s - 0.05:
             reason = "stopped before the window ended (signal)"
+        if reason is None and totals["samples"] == 0:
+            reason = "no samples: py-spy did not attach within the window (a loaded host?)"
         return Window(
             started_at=started_at,
             duration_s=self.clock() - start,
@@ -240,9 +258,9 @@ class Sampler:
     def _segment(self, seconds: float, stop: Callable[[], bool], first: bool) -> RecordOutcome:
         request = RecordRequest(pid=self.pid, rate_hz=self.controller.rate_hz, duration_s=seconds)
         outcome = self.runner.record(request, stop)
-        if first and outcome.returncode != 0 and not outcome.raw:
-            # Nothing sampled at all: a failed start is fatal (STYLE.md 7). Later failures keep
-            # what earlier segments sampled and mark the window partial instead.
+        if first and self.fail_fast and outcome.returncode != 0 and not outcome.raw:
+            # Nothing sampled at all in the first window: a failed start is fatal (STYLE.md 7).
+            # Later failures are data: the window is kept, partial, with py-spy's reason.
             raise explain_failure(self.pid, outcome.stderr)
         return outcome
 
@@ -275,7 +293,8 @@ def _partial_reason(outcome: RecordOutcome, alive: Callable[[], bool]) -> str | 
     ):
         return "the target exited during the window; the samples taken before are kept"
     if outcome.returncode != 0:
-        return f"py-spy stopped early (exit {outcome.returncode}): {_last_line(outcome.stderr)}"
+        why = _last_line(outcome.stderr) or "stopped before it had attached (a loaded host?)"
+        return f"py-spy stopped early (exit {outcome.returncode}): {why}"
     return None
 
 
