@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv vllm-env lint unit integration test demo bench clean
+.PHONY: venv vllm-env lint unit integration test demo bench soak validate-deploy clean
 
 venv: $(STAMP)
 
@@ -39,6 +39,12 @@ demo: vllm-env
 
 bench: vllm-env
 	$(BIN)/python benchmarks/overhead.py
+
+soak: vllm-env
+	$(BIN)/python benchmarks/soak.py
+
+validate-deploy:
+	scripts/validate-deploy.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache out

@@ -21,7 +21,12 @@ from devtools.server import VllmServer
 def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
     """A started vLLM server, stopped (whole process tree) at the end of the session even when
     tests fail. Its log is kept in the session's temporary folder."""
-    server = VllmServer(log_path=Path(tmp_path_factory.mktemp("vllm")) / "server.log")
+    server = VllmServer(
+        log_path=Path(tmp_path_factory.mktemp("vllm")) / "server.log",
+        # vLLM's "Avg prompt throughput" log line every 2 s instead of 10 s, so a snapshot's
+        # window holds several of them to compare with (test_live_snapshot.py).
+        extra_env={"VLLM_LOG_STATS_INTERVAL": "2"},
+    )
     server.start()  # stops what it started if it fails
     try:
         yield server

@@ -6,6 +6,7 @@ real signals. Every test stops what it started, even when it fails.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -114,7 +115,7 @@ def test_snapshots_on_schedule_baselines_and_exporter(
     assert any(n.endswith("-baseline") for n in names), names
     assert any(not n.endswith("-baseline") for n in names), names
     starts = [StoredSnapshot.parse(f).started for f in found]  # type: ignore[union-attr]
-    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
     assert all(1.0 <= g <= 7.0 for g in gaps), gaps  # every 3 s, baselines in between
     index = d.index()
     assert index["latest"]["name"] == d.snapshots()[-1].name  # type: ignore[index]

@@ -8,6 +8,9 @@ stable; the default's cost is measured by benchmarks/overhead.py, not here.
 from __future__ import annotations
 
 import json
+import re
+import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,16 +35,22 @@ EXPECTED = {
 }
 
 
+LOADS: dict[str, Any] = {}  # workload -> the load generator's own result
+
+
 @pytest.fixture(scope="module")
 def snapshots(vllm_server: VllmServer, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out: dict[str, Path] = {}
     for workload in WORKLOADS:
         folder = tmp_path_factory.mktemp(workload)
-        with background_load(vllm_server.base_url, workload, WINDOW_S + 2) as load:
+        # The load runs 3 s before and after the window, so the window sees steady state.
+        with background_load(vllm_server.base_url, workload, WINDOW_S + 6) as load:
+            time.sleep(3)
             args = ["snapshot", "--pid", str(vllm_server.pid), "--duration", str(WINDOW_S),
                     "--rate", RATE_HZ, "--out", str(folder)]  # fmt: skip
             assert main(args) == 0
         assert load.error is None and load.result.requests_ok > 0, load.error
+        LOADS[workload] = load.result
         (snap,) = [p for p in folder.iterdir() if not p.name.startswith(".")]
         out[workload] = snap
     return out
@@ -117,3 +126,49 @@ def test_snapshot_files(snapshots: dict[str, Path]) -> None:
     assert role in EXPECTED or role == "other"
     assert phase in {p for p in table["phase"]}
     assert int(lines[0].rsplit(" ", 1)[1]) > 0
+
+
+_LOG_LINE = re.compile(
+    r"INFO (\d\d-\d\d \d\d:\d\d:\d\d) .*Avg prompt throughput: ([\d.]+) tokens/s, "
+    r"Avg generation throughput: ([\d.]+) tokens/s"
+)
+
+
+def _log_rates(log: str, start: datetime, end: datetime) -> tuple[float, float] | None:
+    """vLLM's own figures (one line per 2 s interval) for the intervals inside the window."""
+    rows = []
+    for m in _LOG_LINE.finditer(log):
+        at = datetime.strptime(f"{start.year}-{m[1]}", "%Y-%m-%d %H:%M:%S")
+        if start.timestamp() + 2 <= at.timestamp() <= end.timestamp():
+            rows.append((float(m[2]), float(m[3])))
+    if not rows:
+        return None
+    return sum(r[0] for r in rows) / len(rows), sum(r[1] for r in rows) / len(rows)
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_serving_figures_agree_with_the_load_generator_and_vllms_log(
+    snapshots: dict[str, Path], vllm_server: VllmServer, workload: str
+) -> None:
+    s = summary(snapshots, workload)
+    serving, load = s["serving"], LOADS[workload]
+    assert serving["reason"] is None, serving
+    # Steady load before, during and after the window: the rates must agree.
+    assert serving["requests_per_s"] == pytest.approx(load.requests_per_s, rel=0.10)
+    assert serving["prompt_tokens_per_s"] == pytest.approx(load.prompt_tokens_per_s, rel=0.10)
+    if workload != "prefill-heavy":  # 1-2 tokens a request: too few to compare as a rate
+        assert serving["generation_tokens_per_s"] == pytest.approx(load.tokens_per_s, rel=0.10)
+    # vLLM's own log line, local time, over the 2 s intervals that ended inside the window.
+    start = datetime.fromtimestamp(datetime.fromisoformat(s["created_at"]).timestamp())
+    end = datetime.fromtimestamp(start.timestamp() + s["sampling"]["duration_s"])
+    logged = _log_rates(vllm_server.log_path.read_text(), start, end)
+    assert logged is not None, "no 'Avg prompt throughput' line inside the window"
+    assert serving["prompt_tokens_per_s"] == pytest.approx(logged[0], rel=0.10)
+
+
+def test_kv_cache_bytes_match_the_servers_setting(snapshots: dict[str, Path]) -> None:
+    """VLLM_CPU_KVCACHE_SPACE=1 (GiB) on the dev server: `Explicitly set (1.0/...) GiB`."""
+    kv = summary(snapshots, "mixed")["kv_cache"]
+    assert kv["bytes"] == 1 << 30
+    assert kv["share_of"] == "host" and 0 < kv["share"] < 1
+    assert kv["source"].startswith("vllm:cache_config_info")
