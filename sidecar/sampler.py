@@ -6,6 +6,7 @@ on recorded py-spy output, and the real runner is tested against real processes.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import math
 import os
@@ -156,10 +157,8 @@ class SubprocessPySpy:
 
 def _die_with_parent() -> None:
     """In the py-spy child, before exec: SIGTERM it when the sidecar dies (kill -9 included)."""
-    try:
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: --duration still ends it
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: the --duration safety net remains
-        pass
 
 
 # ---------------------------------------------------------------------------------- windows

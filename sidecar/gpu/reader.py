@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sidecar.gpu.nvml import (
     NVML_CLOCK_SM,
@@ -197,19 +197,12 @@ class NvmlReader:
         pidmap: PidMap | None,
     ) -> GpuDevice:
         api, call = self._api, self._call
-        memory = call(f"{label}.memory", api.memory_info, handle)
-        rates = call(f"{label}.utilization", api.utilization_rates, handle)
+        common = self._common(label, index, handle)  # first: a lost GPU stops the rest
         tx = call(f"{label}.pcie_tx", api.pcie_throughput, handle, NVML_PCIE_UTIL_TX_BYTES)
         rx = call(f"{label}.pcie_rx", api.pcie_throughput, handle, NVML_PCIE_UTIL_RX_BYTES)
         power_mw = call(f"{label}.power", api.power_usage, handle)
         return GpuDevice(
-            index=index,
-            uuid=call(f"{label}.uuid", api.uuid, handle),
-            name=call(f"{label}.name", api.name, handle),
-            memory_used_bytes=memory.used if memory else None,
-            memory_total_bytes=memory.total if memory else None,
-            util_gpu_pct=rates.gpu if rates else None,
-            util_memory_pct=rates.memory if rates else None,
+            **common,
             # NVML's "KB/s" are KiB/s: nvidia-smi and nvitop multiply by 1024.
             pcie_tx_bytes_per_s=None if tx is None else tx * 1024,
             pcie_rx_bytes_per_s=None if rx is None else rx * 1024,
@@ -221,6 +214,21 @@ class NvmlReader:
             mig_enabled=mig_enabled,
             processes=() if mig_enabled else self._processes(label, handle, index, None, pidmap),
         )
+
+    def _common(self, label: str, index: int, handle: object) -> dict[str, Any]:
+        """What a GPU and a MIG instance both answer: identity, memory, utilisation."""
+        api, call = self._api, self._call
+        memory = call(f"{label}.memory", api.memory_info, handle)
+        rates = call(f"{label}.utilization", api.utilization_rates, handle)
+        return {
+            "index": index,
+            "uuid": call(f"{label}.uuid", api.uuid, handle),
+            "name": call(f"{label}.name", api.name, handle),
+            "memory_used_bytes": memory.used if memory else None,
+            "memory_total_bytes": memory.total if memory else None,
+            "util_gpu_pct": rates.gpu if rates else None,
+            "util_memory_pct": rates.memory if rates else None,
+        }
 
     def _read_migs(
         self, label: str, index: int, handle: object, pidmap: PidMap | None
@@ -238,16 +246,8 @@ class NvmlReader:
     ) -> GpuDevice:
         # Clocks, power, temperature and PCIe are the parent's; an instance is not asked.
         api, call = self._api, self._call
-        memory = call(f"{label}.memory", api.memory_info, handle)
-        rates = call(f"{label}.utilization", api.utilization_rates, handle)
         return GpuDevice(
-            index=index,
-            uuid=call(f"{label}.uuid", api.uuid, handle),
-            name=call(f"{label}.name", api.name, handle),
-            memory_used_bytes=memory.used if memory else None,
-            memory_total_bytes=memory.total if memory else None,
-            util_gpu_pct=rates.gpu if rates else None,
-            util_memory_pct=rates.memory if rates else None,
+            **self._common(label, index, handle),
             mig=True,
             mig_enabled=True,
             mig_index=slot,

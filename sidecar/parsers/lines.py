@@ -9,9 +9,11 @@ that interleaved output of several workers is read as one stream per worker.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from sidecar.records import Frame, StackSample
+from sidecar.records import Frame, ParseResult, StackSample
 
 MAX_LISTED_WARNINGS = 10
 
@@ -173,3 +175,31 @@ def shown(text: str) -> str:
 
 def make_frame(function: str, file: str = "", line: int | None = None) -> Frame:
     return Frame(function, file, line, native=looks_native(function, file))
+
+
+class StreamReader(Protocol):
+    """Reads one stream's lines into stacks: what every line-oriented parser provides."""
+
+    stacks: list[StackSample]
+
+    def feed(self, line: Line) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def parse_streams(
+    reader: Callable[[Stream, WarningLog, str | None], StreamReader],
+    name: str,
+    text: str,
+    source: str | None,
+) -> ParseResult:
+    """Split `text` into streams (one per log prefix), read each, and gather the stacks."""
+    log = WarningLog()
+    stacks: list[StackSample] = []
+    for stream in streams_of(text):
+        current = reader(stream, log, source)
+        for line in stream.lines:
+            current.feed(line)
+        current.close()
+        stacks.extend(current.stacks)
+    return ParseResult(tuple(stacks), log.render(), name)

@@ -28,6 +28,7 @@ from sidecar.parsers.lines import (
     Stream,
     WarningLog,
     make_frame,
+    parse_streams,
     shown,
     streams_of,
 )
@@ -113,15 +114,7 @@ class _DumpReader:
 
 def parse_pyspy_dump(text: str, source: str | None = None) -> ParseResult:
     """`py-spy dump` text (also `--native`, `--locals`, `--subprocesses`, pasted or quoted)."""
-    log = WarningLog()
-    stacks: list[StackSample] = []
-    for stream in streams_of(text):
-        reader = _DumpReader(stream, log, source)
-        for line in stream.lines:
-            reader.feed(line)
-        reader.close()
-        stacks.extend(reader.stacks)
-    return ParseResult(tuple(stacks), log.render(), "pyspy_dump")
+    return parse_streams(_DumpReader, "pyspy_dump", text, source)
 
 
 def _raw_frame(text: str) -> Frame:

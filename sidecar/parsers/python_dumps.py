@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
 from sidecar.parsers.lines import (
     Line,
@@ -26,8 +25,8 @@ from sidecar.parsers.lines import (
     Stream,
     WarningLog,
     make_frame,
+    parse_streams,
     shown,
-    streams_of,
 )
 from sidecar.records import ParseResult, StackSample
 
@@ -136,33 +135,16 @@ class _PytestTimeoutReader(_Reader):
             self.frame_line(line, text)
 
 
-def _parse(
-    reader: Callable[[Stream, WarningLog, str | None], _Reader],
-    name: str,
-    text: str,
-    source: str | None,
-) -> ParseResult:
-    log = WarningLog()
-    stacks: list[StackSample] = []
-    for stream in streams_of(text):
-        current = reader(stream, log, source)
-        for line in stream.lines:
-            current.feed(line)
-        current.close()
-        stacks.extend(current.stacks)
-    return ParseResult(tuple(stacks), log.render(), name)
-
-
 def parse_faulthandler(text: str, source: str | None = None) -> ParseResult:
     """A faulthandler dump (fatal error, `dump_traceback`, `dump_traceback_later`)."""
-    return _parse(_FaulthandlerReader, "faulthandler", text, source)
+    return parse_streams(_FaulthandlerReader, "faulthandler", text, source)
 
 
 def parse_traceback(text: str, source: str | None = None) -> ParseResult:
     """Python tracebacks, one stack per `Traceback (most recent call last):`, chained or not."""
-    return _parse(_TracebackReader, "traceback", text, source)
+    return parse_streams(_TracebackReader, "traceback", text, source)
 
 
 def parse_pytest_timeout(text: str, source: str | None = None) -> ParseResult:
     """pytest-timeout's dump of every thread's stack when a test times out."""
-    return _parse(_PytestTimeoutReader, "pytest_timeout", text, source)
+    return parse_streams(_PytestTimeoutReader, "pytest_timeout", text, source)
