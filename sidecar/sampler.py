@@ -130,7 +130,8 @@ class SubprocessPySpy:
         )
 
     def _argv(self, r: RecordRequest, out: Path) -> list[str]:
-        argv = [self.binary, "record", "--pid", str(r.pid), "--rate", f"{max(r.rate_hz, 0.1):g}"]
+        # py-spy takes whole samples per second only (`--rate 2.5` is refused).
+        argv = [self.binary, "record", "--pid", str(r.pid), "--rate", str(whole_rate(r.rate_hz))]
         # A safety net: py-spy ends by itself shortly after the deadline even if the sidecar
         # is killed before it can send SIGINT (it would stay attached to vLLM otherwise).
         argv += ["--duration", str(math.ceil(r.duration_s) + 5)]
@@ -153,6 +154,11 @@ class SubprocessPySpy:
                 proc.send_signal(signal.SIGINT)
                 interrupted = True
             time.sleep(self.poll_s)
+
+
+def whole_rate(rate_hz: float) -> int:
+    """The rate py-spy is given: whole samples per second, at least 1."""
+    return max(1, round(rate_hz))
 
 
 def _die_with_parent() -> None:
@@ -193,7 +199,7 @@ class RateController:
 
     rate_hz: float
     budget: float | None = None  # share of one core, e.g. 0.02
-    min_hz: float = 0.5
+    min_hz: float = 1.0  # py-spy's lowest rate: it takes whole samples per second
     max_hz: float = 100.0
 
     def update(self, cpu_s: float, wall_s: float) -> float:
@@ -203,7 +209,7 @@ class RateController:
         wanted = self.budget / cpu_per_tick
         # Move at most 2x per segment: one noisy segment must not swing the rate wildly.
         wanted = min(max(wanted, self.rate_hz / 2), self.rate_hz * 2)
-        self.rate_hz = min(max(wanted, self.min_hz), self.max_hz)
+        self.rate_hz = float(whole_rate(min(max(wanted, self.min_hz), self.max_hz)))
         return self.rate_hz
 
 

@@ -30,12 +30,12 @@ FILES = {"summary.json", "stacks.parquet", "stacks.collapsed"}
 class Running:
     """One daemon process and where it writes."""
 
-    def __init__(self, out: Path, pid_file: Path, *extra: str) -> None:
+    def __init__(self, out: Path, pid_file: Path, *extra: str, budget: str = "off") -> None:
         self.out, self.port = out, free_port()
         self.log = out.parent / f"daemon-{self.port}.log"
         args = [SIDECAR, "run", "--pid-file", str(pid_file), "--out", str(out),
                 "--exporter-listen", f"127.0.0.1:{self.port}", "--rate", "10",
-                "--cpu-budget", "off", *extra]  # fmt: skip
+                "--cpu-budget", budget, *extra]  # fmt: skip
         with self.log.open("wb") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
 
@@ -105,8 +105,9 @@ def complete(folder: Path) -> bool:
 def test_snapshots_on_schedule_baselines_and_exporter(
     tmp_path: Path, pid_file: Path, daemons: list[Running], vllm_server: VllmServer
 ) -> None:
+    # The default CPU budget (2%) is on here: the rate adapts between windows.
     d = Running(tmp_path / "out", pid_file, "--window", "2s", "--interval", "3s",
-                "--baseline-every", "6s")  # fmt: skip
+                "--baseline-every", "6s", budget="2%")  # fmt: skip
     daemons.append(d)
     found = d.wait_for(6)
     metrics = d.metrics()
@@ -124,6 +125,7 @@ def test_snapshots_on_schedule_baselines_and_exporter(
         assert complete(folder), folder
         summary = json.loads((folder / "summary.json").read_text())
         assert summary["target"]["root_pid"] == vllm_server.pid
+        assert summary["sampling"]["samples"] > 0, summary["sampling"]  # every window sampled
         assert summary["kind"] in ("snapshot", "baseline")
     assert "vllm_sidecar_target_up" in metrics and 'role="worker"' in metrics
     assert not [p for p in d.host_dir().iterdir() if p.name.startswith(".")]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,7 @@ from sidecar.sampler import (
     RecordOutcome,
     RecordRequest,
     Sampler,
+    SubprocessPySpy,
     explain_failure,
     merge_stacks,
 )
@@ -130,7 +132,7 @@ def test_lateness_is_recorded() -> None:
         (0.05, 10.0),  # 2 ms/tick: 2% of a core allows 10 Hz
         (0.125, 4.0),  # 5 ms/tick: 4 Hz
         (0.1, 5.0),  # 4 ms/tick: exactly the budget, stays
-        (1.0, 2.5),  # 40 ms/tick wants 0.5 Hz: at most halves in one step
+        (1.0, 2.0),  # 40 ms/tick wants 0.5 Hz: at most halves in one step (2.5 -> whole 2)
     ],
 )
 def test_rate_controller_tracks_the_cpu_budget(cpu_s: float, expected_hz: float) -> None:
@@ -145,7 +147,7 @@ def test_rate_controller_without_budget_keeps_the_rate() -> None:
 def test_budget_adapts_between_segments() -> None:
     s, runner = sampler([ok(cpu_s=1.0), ok(cpu_s=0.5), ok()], budget=0.02)
     s.window(15.0)
-    assert [r.rate_hz for r in runner.requests] == [5.0, 2.5, 1.25]
+    assert [r.rate_hz for r in runner.requests] == [5.0, 2.0, 1.0]
 
 
 @pytest.mark.parametrize(
@@ -174,3 +176,15 @@ def test_no_python_found_with_ptrace_refused_explains_sys_ptrace() -> None:
     stderr = "Error: No python processes found in process 42 or any of its subprocesses"
     error = explain_failure(42, stderr, ptrace_refused=lambda pid: True)
     assert isinstance(error, AttachError) and "CAP_SYS_PTRACE" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("rate", "given"), [(5.0, "5"), (2.5, "2"), (1.29778, "1"), (0.3, "1"), (20.6, "21")]
+)
+def test_py_spy_is_given_whole_rates(rate: float, given: str) -> None:
+    """py-spy refuses `--rate 1.29778` ("invalid digit found in string"), seen in a soak run."""
+    argv = SubprocessPySpy("py-spy")._argv(
+        RecordRequest(pid=1, rate_hz=rate, duration_s=5.0), Path("o")
+    )
+    assert argv[argv.index("--rate") + 1] == given
+    assert argv[argv.index("--duration") + 1] == "10"
