@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from sidecar.records import Phase
 
-_ROLE_COLUMNS = ("api_server", "engine_core", "worker", "other")
+ROLE_COLUMNS = ("api_server", "engine_core", "worker", "other")
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
@@ -23,7 +23,7 @@ def phase_table(summary: Mapping[str, object]) -> str:
     by_role = summary["by_role"]
     role_samples = summary["role_samples"]
     assert isinstance(by_role, Mapping) and isinstance(role_samples, Mapping)
-    roles = [r for r in _ROLE_COLUMNS if r in by_role]
+    roles = [r for r in ROLE_COLUMNS if r in by_role]
     phases = summary["phases"]
     assert isinstance(phases, Mapping)
     rows = []

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.errors import InputError
-from sidecar.render import phase_table, table
+from sidecar.records import Phase
+from sidecar.render import ROLE_COLUMNS, phase_table, table
 
 GB = 1e9
 STEP = ("forward", "attention", "prefill", "decode", "sampling")
@@ -194,8 +195,9 @@ def _render_processes(rows: list[dict[str, Any]], memory: Mapping[str, Any]) -> 
 
 
 def _main_table(main: Mapping[str, Mapping[str, float]]) -> str:
-    phases = sorted({p for shares in main.values() for p in shares})
-    roles = list(main)
+    known = [ph.value for ph in Phase]
+    phases = sorted({p for shares in main.values() for p in shares}, key=known.index)
+    roles = [r for r in ROLE_COLUMNS if r in main]
     rows = [[p, *(f"{100 * main[r].get(p, 0):.1f}%" if main[r].get(p) else "-" for r in roles)]
             for p in phases]  # fmt: skip
     return table(["phase", *roles], rows)

@@ -68,6 +68,7 @@ class Snapshot:
                 "duration_s": round(w.duration_s, 3),
                 "samples": w.samples,
                 "errors": w.errors,
+                "empty_stacks": sum(st.weight for st in w.stacks if not st.frames),
                 "segments": w.segments,
                 "sampler_cpu_s": round(w.sampler_cpu_s, 4),
                 "sampler_cpu_share": round(w.sampler_cpu_s / w.duration_s, 5)
@@ -102,7 +103,9 @@ def build_snapshot(
     readings: Readings | None = None,
 ) -> Snapshot:
     roles: Mapping[int, Role] = {p.pid: p.role for p in processes if p.role is not Role.OTHER}
-    labelled = label_stacks(classifier, window.stacks, roles)
+    # A stack without a single frame is py-spy's non-blocking read catching a thread between
+    # frames: it says nothing about the phase, so it is counted as a failed read, not `other`.
+    labelled = label_stacks(classifier, (s for s in window.stacks if s.frames), roles)
     started = datetime.fromtimestamp(window.started_at, tz=UTC)
     return Snapshot(
         name=started.strftime("%Y%m%dT%H%M%SZ"),

@@ -137,3 +137,14 @@ def test_report_on_a_folder_without_summary(
 ) -> None:
     assert main(["report", str(tmp_path)]) == 3
     assert "no summary.json" in capsys.readouterr().err
+
+
+def test_empty_stacks_are_failed_reads_not_other() -> None:
+    """The recorded raw file holds frameless stacks (py-spy's non-blocking reads)."""
+    w = window()
+    empty = sum(s.weight for s in w.stacks if not s.frames)
+    assert empty > 0
+    s = summary(gpu=False, metrics=False)
+    assert s["sampling"]["empty_stacks"] == empty
+    assert sum(v["samples"] for v in s["phases"].values()) == w.samples - empty
+    assert all(f["frame"] != "(empty stack)" for rows in s["other"].values() for f in rows)
