@@ -15,6 +15,7 @@ from sidecar.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "data" / "stacks"
+PUBLIC = ROOT / "tests" / "fixtures" / "public"  # a copy of SHARED, for runs without shared/
 RECORDED = ROOT / "tests" / "fixtures" / "recorded"
 
 # file -> {thread_id (None: the only stack): (phase, stage or None)}; from SHARED/README.md.
@@ -38,10 +39,15 @@ def classify_json(capsys: pytest.CaptureFixture[str], *paths: Path) -> dict[str,
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data/stacks is not beside the checkout")
 @pytest.mark.parametrize("name", sorted(LABELS))
+def test_the_copy_equals_shared(name: str) -> None:
+    assert (PUBLIC / name).read_bytes() == (SHARED / name).read_bytes()
+
+
+@pytest.mark.parametrize("name", sorted(LABELS))
 def test_shared_dev_stacks_classify_as_labelled(
     name: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = classify_json(capsys, SHARED / name)
+    out = classify_json(capsys, PUBLIC / name)
     stacks = out["stacks"]
     assert isinstance(stacks, list)
     by_thread = {s["thread_id"]: s for s in stacks}

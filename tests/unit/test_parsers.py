@@ -30,7 +30,7 @@ from sidecar.parsers import (
 )
 from sidecar.records import Frame, ParseResult, StackSample
 
-STACKS = Path(__file__).parents[2].parent / "shared" / "data" / "stacks"
+STACKS = Path(__file__).parents[1] / "fixtures" / "public"  # = ../shared/data/stacks
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "parsers"
 RECORDED = Path(__file__).parents[1] / "fixtures" / "recorded"
 NO_STACK = "is it a py-spy dump, a faulthandler dump or a traceback?"
