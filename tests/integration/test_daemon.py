@@ -117,7 +117,9 @@ def test_snapshots_on_schedule_baselines_and_exporter(
     assert any(not n.endswith("-baseline") for n in names), names
     starts = [StoredSnapshot.parse(f).started for f in found]  # type: ignore[union-attr]
     gaps = [b - a for a, b in itertools.pairwise(starts)]
-    assert all(1.0 <= g <= 7.0 for g in gaps), gaps  # every 3 s, baselines in between
+    # Every 3 s, baselines in between; a window that overruns on a loaded box misses the next
+    # deadline instead of pushing the schedule (schedule.py), so a gap may be 6 s or 9 s.
+    assert sorted(gaps)[len(gaps) // 2] <= 4.5 and all(1.0 <= g <= 12.0 for g in gaps), gaps
     index = d.index()
     assert index["latest"]["name"] == d.snapshots()[-1].name  # type: ignore[index]
     assert str(index["latest_baseline"]["name"]).endswith("-baseline")  # type: ignore[index]

