@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -38,6 +39,8 @@ PTRACE_HELP = (
 _COUNTS = re.compile(r"Samples:\s*(\d+)\s+Errors:\s*(\d+)")
 # py-spy warns "1.04s behind in sampling" when it cannot keep up (CPU starved): the lateness.
 _PR_SET_PDEATHSIG = 1  # prctl(2)
+# How long py-spy may take to attach before the window is given up on (it then ends partial).
+ATTACH_GRACE_S = 30.0
 _BEHIND = re.compile(r"([\d.]+)s behind in sampling")
 
 
@@ -65,6 +68,7 @@ class RecordOutcome:
     wall_s: float
     target_exited: bool
     behind_s: float = 0.0  # the most py-spy fell behind its schedule
+    attach_s: float = 0.0  # from launch until py-spy said it was sampling
 
 
 class PySpyRunner(Protocol):
@@ -110,11 +114,9 @@ class SubprocessPySpy:
                 stdin=subprocess.DEVNULL,
                 preexec_fn=_die_with_parent,
             )
-            status, usage = self._wait(proc, started + request.duration_s, stop)
-            stderr = ""
-            if proc.stderr:
-                with proc.stderr:
-                    stderr = proc.stderr.read().decode(errors="replace")
+            watch = _StderrWatch(proc)
+            status, usage = self._wait(proc, watch, started, request.duration_s, stop)
+            stderr = watch.text()
             raw = out.read_text(errors="replace") if out.exists() else ""
         counts = _COUNTS.search(stderr)
         return RecordOutcome(
@@ -124,7 +126,8 @@ class SubprocessPySpy:
             samples=int(counts[1]) if counts else None,
             errors=int(counts[2]) if counts else None,
             cpu_s=usage.ru_utime + usage.ru_stime,
-            wall_s=time.monotonic() - started,
+            wall_s=time.monotonic() - (watch.sampling_since or started),
+            attach_s=(watch.sampling_since or time.monotonic()) - started,
             target_exited="process exited" in stderr,
             behind_s=max((float(m) for m in _BEHIND.findall(stderr)), default=0.0),
         )
@@ -141,19 +144,55 @@ class SubprocessPySpy:
         return argv
 
     def _wait(
-        self, proc: subprocess.Popen[bytes], deadline: float, stop: Callable[[], bool]
+        self,
+        proc: subprocess.Popen[bytes],
+        watch: _StderrWatch,
+        started: float,
+        duration_s: float,
+        stop: Callable[[], bool],
     ) -> tuple[int, resource.struct_rusage]:
-        """Wait for py-spy, SIGINT it at the deadline; os.wait4 gives its own CPU usage."""
+        """Wait for py-spy and SIGINT it once it has *sampled* for `duration_s`: attaching to
+        a tree of busy processes can take seconds on a loaded host, and that time is not part
+        of the window. os.wait4 gives py-spy's own CPU usage."""
         interrupted = False
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid == proc.pid:
                 proc.returncode = os.waitstatus_to_exitcode(status)
+                watch.join()
                 return status, usage
+            since = watch.sampling_since
+            deadline = since + duration_s if since else started + duration_s + ATTACH_GRACE_S
             if not interrupted and (time.monotonic() >= deadline or stop()):
                 proc.send_signal(signal.SIGINT)
                 interrupted = True
             time.sleep(self.poll_s)
+
+
+class _StderrWatch:
+    """Reads py-spy's stderr as it comes: notes when sampling starts, keeps the text."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.sampling_since: float | None = None
+        self._lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        self._thread.start()
+
+    def _read(self, proc: subprocess.Popen[bytes]) -> None:
+        if proc.stderr is None:
+            return
+        with proc.stderr:
+            for raw in proc.stderr:
+                line = raw.decode(errors="replace")
+                if self.sampling_since is None and "Sampling process" in line:
+                    self.sampling_since = time.monotonic()
+                self._lines.append(line)
+
+    def join(self) -> None:
+        self._thread.join(timeout=5)
+
+    def text(self) -> str:
+        return "".join(self._lines)
 
 
 def whole_rate(rate_hz: float) -> int:
@@ -233,21 +272,24 @@ class Sampler:
         rates: list[float] = []
         warnings: list[str] = []
         reason: str | None = None
-        while (left := duration_s - (self.clock() - start)) > 0.05 and not stop():
+        sampled = 0.0  # seconds py-spy actually sampled: its attach time is not the window's
+        give_up = start + duration_s + ATTACH_GRACE_S
+        while (left := duration_s - sampled) > 0.05 and self.clock() < give_up and not stop():
             outcome = self._segment(min(left, self.segment_s), stop, first=not totals["segments"])
+            sampled += outcome.wall_s
             rates.append(self.controller.rate_hz)
             _add(counts, outcome, totals, warnings)
             self.controller.update(outcome.cpu_s, outcome.wall_s)
             reason = _partial_reason(outcome, self.alive)
             if reason:
                 break
-        if stop() and reason is None and self.clock() - start < duration_s - 0.05:
+        if stop() and reason is None and sampled < duration_s - 0.05:
             reason = "stopped before the window ended (signal)"
         if reason is None and totals["samples"] == 0:
             reason = "no samples: py-spy did not attach within the window (a loaded host?)"
         return Window(
             started_at=started_at,
-            duration_s=self.clock() - start,
+            duration_s=sampled,
             rate_hz=sum(rates) / len(rates) if rates else self.controller.rate_hz,
             stacks=tuple(replace(s, weight=n) for s, n in counts.items()),
             samples=int(totals["samples"]),
