@@ -47,9 +47,10 @@ class Collector:
         processes = self.target.processes
         self.psutil_reader.start(processes)
         first = take_scrape(self.metrics) if self.metrics else None
-        gpu_start = self._gpu_reading()
+        pidmap = self._pidmap()  # once a window: the target's PIDs do not change within it
+        gpu_start = self.gpu.read(pidmap) if self.gpu else None
         window = self.sampler.window(duration_s, stop)
-        gpu_end = self._gpu_reading()
+        gpu_end = self.gpu.read(pidmap) if self.gpu else None
         serving = (
             serving_figures(first, take_scrape(self.metrics)) if first and self.metrics else None
         )
@@ -65,11 +66,10 @@ class Collector:
         readings = readings.with_kv_cache(self._kv_cache(readings))
         return build_snapshot(window, processes, self.classifier, readings=readings)
 
-    def _gpu_reading(self) -> GpuReading | None:
+    def _pidmap(self) -> PidMap | None:
         if self.gpu is None:
             return None
-        pidmap = PidMap.build(self.procfs, self.target.pids, host_procfs=self.host_procfs)
-        return self.gpu.read(pidmap)
+        return PidMap.build(self.procfs, self.target.pids, host_procfs=self.host_procfs)
 
     def _kv_cache(self, r: Readings) -> KvCache | None:
         if r.serving is None or not r.serving.cache_config:

@@ -21,10 +21,10 @@ from typing import Any
 
 from sidecar.classifier import Classifier
 from sidecar.collect import Collector, host_procfs, metrics_source_for, open_gpu_reader
-from sidecar.commands import resolve_target
+from sidecar.commands import configured_target
 from sidecar.config import Config, load_config
 from sidecar.discovery import Deployment
-from sidecar.errors import AttachError, ConfigError, SidecarError
+from sidecar.errors import AttachError, SidecarError
 from sidecar.exporter import ExporterState, start_exporter
 from sidecar.gpu import NvmlReader
 from sidecar.notify import SystemdNotifier, watchdog_interval
@@ -203,13 +203,7 @@ class Daemon:
     # ------------------------------------------------------------------ target
 
     def _find_target(self) -> Deployment:
-        t = self.config.target
-        pid = t.pid
-        if t.pid_file is not None:
-            pid = _read_pid_file(t.pid_file)
-        elif pid is None and not t.discover:
-            raise ConfigError("no target: set target.pid, target.pid_file or target.discover")
-        return resolve_target(self.procfs, pid, t.any_python)
+        return configured_target(self.procfs, self.config.target)
 
     def _wait_for_target_at_start(self) -> Deployment | None:
         deadline = self.clock() + self.config.target.start_timeout_s
@@ -312,12 +306,3 @@ class Daemon:
         s = self.store
         self.state.update_disk(s.disk_state, s.free_bytes, s.total_bytes_used,
                                s.snapshots_written, s.writes_skipped, s.deleted_total)  # fmt: skip
-
-
-def _read_pid_file(path: Path) -> int:
-    try:
-        return int(path.read_text().split()[0])
-    except FileNotFoundError:
-        raise AttachError(f"pid file {path} does not exist (yet): is vLLM running?") from None
-    except (OSError, ValueError, IndexError) as exc:
-        raise AttachError(f"pid file {path} holds no PID: {exc}") from None

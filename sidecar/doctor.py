@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from sidecar.collect import metrics_source_for, open_gpu_reader
-from sidecar.commands import resolve_target
+from sidecar.commands import configured_target
 from sidecar.config import Config
 from sidecar.discovery import Deployment
 from sidecar.errors import SidecarError
@@ -69,11 +69,7 @@ def _py_spy(config: Config) -> tuple[Check, SubprocessPySpy]:
 
 
 def _target(config: Config) -> tuple[Check, Deployment]:
-    t = config.target
-    pid = t.pid
-    if t.pid_file is not None:
-        pid = int(Path(t.pid_file).read_text().split()[0])
-    target = resolve_target(ProcFs(t.proc_root), pid, t.any_python)
+    target = configured_target(ProcFs(config.target.proc_root), config.target)
     roles = ", ".join(f"{p.pid} {p.role.value}" for p in target.processes)
     return Check("target", Status.OK, f"vLLM deployment {target.root.pid}: {roles}"), target
 

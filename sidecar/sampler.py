@@ -20,7 +20,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
@@ -382,11 +382,3 @@ def _last_line(text: str) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and "py-spy>" not in ln]
     errors = [ln for ln in lines if ln.startswith("Error")]
     return (errors or lines or [""])[0]
-
-
-def merge_stacks(windows: Iterable[Window]) -> tuple[StackSample, ...]:
-    counts: Counter[StackSample] = Counter()
-    for w in windows:
-        for s in w.stacks:
-            counts[replace(s, weight=1)] += s.weight
-    return tuple(replace(s, weight=n) for s, n in counts.items())

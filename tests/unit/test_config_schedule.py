@@ -4,12 +4,15 @@ deadlines on a fake monotonic clock, baselines on the wall clock)."""
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
 
 import pytest
 
-from sidecar.config import Config, ScheduleConfig, load_config
-from sidecar.errors import ConfigError
+from sidecar.commands import configured_target
+from sidecar.config import Config, ScheduleConfig, TargetConfig, load_config
+from sidecar.errors import AttachError, ConfigError
+from sidecar.procfs import ProcFs
 from sidecar.schedule import Schedule, WindowKind
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "configs" / "sidecar.yaml"
@@ -141,3 +144,16 @@ def test_an_outage_skips_the_deadlines_it_covered() -> None:
     s.skip_until(c.mono)
     assert s.missed == 10
     assert s.plan().start > c.mono
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(None, "does not exist (yet)"), ("", "holds no PID"), ("vllm\n", "holds no PID")],
+)
+def test_pid_file_problems_name_the_fix(tmp_path: Path, content: str | None, message: str) -> None:
+    """`run` and `doctor` share this lookup; a bad pid file is an AttachError, not a crash."""
+    path = tmp_path / "vllm.pid"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(AttachError, match=re.escape(message)):
+        configured_target(ProcFs(tmp_path / "proc"), TargetConfig(pid_file=path, discover=False))

