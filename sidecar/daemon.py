@@ -68,6 +68,7 @@ class Daemon:
         self.restarts = 0
         self._down_since: float | None = None
         self._gap_reason = ""
+        self._lost: Deployment | None = None  # the deployment last lost, until another is found
         self._had_window = False
         self.gpu: NvmlReader | None = None
         self._build(config)
@@ -228,20 +229,22 @@ class Daemon:
             self._gap_reason = reason
             log.warning("target lost (%s): rediscovering with backoff", reason)
             self.state.update_target(False, self.restarts, self._down_since)
+        if self.target is not None:
+            self._lost = self.target
         self.target = None
 
     def _reacquire(self) -> bool:
         """Rediscover with backoff until found or stopped; the outage is recorded as a gap."""
         delay = 1.0
         while not self.signals.stop.is_set():
-            try:
-                target = self._find_target()
-            except AttachError as exc:
-                log.debug("still no target: %s", exc)
+            target, why = self._replacement()
+            if target is None:
+                log.debug("still no target: %s", why)
                 if not self._sleep_until(self.clock() + delay):
                     return False
                 delay = min(delay * 2, BACKOFF_MAX_S)
                 continue
+            self._lost = None
             self.restarts += 1
             self.store.record_gap(self._down_since or self.wall(), self.wall(), self._gap_reason)
             self._down_since = None
@@ -249,6 +252,16 @@ class Daemon:
             self._attached(target)
             return True
         return False
+
+    def _replacement(self) -> tuple[Deployment | None, str]:
+        """A deployment to profile after losing one, or why there is none yet."""
+        try:
+            target = self._find_target()
+        except AttachError as exc:
+            return None, str(exc)
+        if self._lost is not None and target.is_remnant_of(self._lost):
+            return None, f"vLLM {target.root.pid} lost a serving process and is shutting down"
+        return target, ""
 
     def _attached(self, target: Deployment) -> None:
         self.target = target

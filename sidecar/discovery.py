@@ -14,6 +14,7 @@ client the root is the EngineCore, since the client script is not recognisably v
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, replace
 
 from sidecar.errors import AttachError
@@ -67,6 +68,7 @@ MP_CHILD_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
 )
 
 _ROLE_ORDER = (Role.API_SERVER, Role.ENGINE_CORE, Role.WORKER, Role.OTHER)
+SERVING_ROLES = frozenset({Role.API_SERVER, Role.ENGINE_CORE, Role.WORKER})
 
 
 def _match(info: ProcessInfo) -> Role | None:
@@ -106,9 +108,26 @@ class Deployment:
     def keys(self) -> tuple[tuple[int, int], ...]:
         return tuple(info.key for info in self.processes)
 
+    @property
+    def serving(self) -> tuple[ProcessInfo, ...]:
+        """The root and the processes that serve (API server, EngineCore, worker): those the
+        deployment cannot lose. Helpers (the resource tracker, a DP coordinator) are not."""
+        return tuple(p for p in self.processes if p is self.root or p.role in SERVING_ROLES)
+
     def still_alive(self, procfs: ProcFs) -> bool:
-        """Whether every process still runs; a PID reused by another process does not count."""
-        return all(procfs.exists(key) for key in self.keys)
+        """Whether the root and every serving process still run; a PID reused by another process
+        does not count. A helper that exits does not end the deployment."""
+        return all(procfs.exists(info.key) for info in self.serving)
+
+    def is_remnant_of(self, lost: Deployment) -> bool:
+        """Whether this is what is left of `lost` while it shuts down: the same root (PID and
+        start time) with fewer serving processes of some role. vLLM's API server outlives its
+        dead EngineCore by seconds; attaching to that would profile a server on its way out."""
+        if self.root.key != lost.root.key:
+            return False
+        have = Counter(p.role for p in self.serving)
+        had = Counter(p.role for p in lost.serving)
+        return any(have[role] < count for role, count in had.items())
 
 
 def find_deployment(procfs: ProcFs, pid: int, *, allow_non_vllm: bool = False) -> Deployment:

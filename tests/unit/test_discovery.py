@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -247,6 +248,41 @@ def test_not_alive_after_a_restart_that_reused_every_pid() -> None:
 def test_not_alive_when_a_process_is_gone(tmp_path: Path) -> None:
     deployment = find_deployment(fixture("v1_cpu"), 4100)
     assert not deployment.still_alive(ProcFs(tmp_path))
+
+
+def without(tmp_path: Path, scenario: str, *pids: int) -> ProcFs:
+    """A copy of a recorded /proc with some processes gone."""
+    shutil.copytree(FIXTURES / scenario, tmp_path / scenario, symlinks=True)
+    for pid in pids:
+        shutil.rmtree(tmp_path / scenario / str(pid))
+    return ProcFs(tmp_path / scenario)
+
+
+def test_a_helper_that_exits_does_not_end_the_deployment(tmp_path: Path) -> None:
+    deployment = find_deployment(fixture("v1_cpu"), 4100)
+    assert deployment.still_alive(without(tmp_path, "v1_cpu", 4105))  # the resource tracker
+
+
+@pytest.mark.parametrize("gone", [4100, 4187, 4262], ids=["api", "engine", "worker"])
+def test_losing_a_serving_process_ends_the_deployment(tmp_path: Path, gone: int) -> None:
+    deployment = find_deployment(fixture("v1_cpu"), 4100)
+    assert not deployment.still_alive(without(tmp_path, "v1_cpu", gone))
+
+
+def test_an_api_server_outliving_its_engine_is_a_remnant_not_a_new_target(tmp_path: Path) -> None:
+    """vLLM's API server takes seconds to exit after its EngineCore dies; rediscovery by PID finds
+    it again, and the daemon must not take it for a restarted server."""
+    lost = find_deployment(fixture("v1_cpu"), 4100)
+    dying = find_deployment(without(tmp_path, "v1_cpu", 4187), 4100)
+    assert roles(dying) == [(4100, API), (4105, OTHER)]
+    assert dying.is_remnant_of(lost)
+    assert not lost.is_remnant_of(lost)
+    assert not find_deployment(without(tmp_path / "b", "v1_cpu", 4105), 4100).is_remnant_of(lost)
+
+
+def test_a_new_server_on_reused_pids_is_no_remnant() -> None:
+    lost = find_deployment(fixture("v1_cpu"), 4100)
+    assert not find_deployment(fixture("pid_reuse"), 4100).is_remnant_of(lost)
 
 
 def test_deployment_is_frozen() -> None:
