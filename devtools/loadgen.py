@@ -14,12 +14,16 @@ import argparse
 import contextlib
 import http.client
 import json
+import os
 import random
+import subprocess
+import sys
 import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from devtools.vllm_env import sentences
 
@@ -222,6 +226,31 @@ def background_load(
         yield handle
     finally:
         thread.join(duration_s + _REQUEST_TIMEOUT_S + 10)
+
+
+def run_load_process(
+    base_url: str, workload: str, duration_s: float, concurrency: int = 8, seed: int = 0
+) -> LoadResult:
+    """`run_load` in a process of its own, in a session of its own, as real clients are: a load
+    generator inside the profiler's process would compete with it for CPU (on a kernel with
+    autogroup scheduling, inside the same scheduling group) and skew what is measured."""
+    _workload(workload)
+    argv = [sys.executable, "-m", "devtools.loadgen", "--url", base_url, "--workload", workload,
+            "--duration", str(duration_s), "--concurrency", str(concurrency),
+            "--seed", str(seed)]  # fmt: skip
+    paths = [str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, env=env, start_new_session=True) as proc:
+        try:
+            out, _ = proc.communicate(timeout=duration_s + _REQUEST_TIMEOUT_S + 30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+    if proc.returncode not in (0, 1):  # 1: it ran, some requests failed (the result says so)
+        raise RuntimeError(f"load generator exited with {proc.returncode}")
+    fields = json.loads(out)
+    return LoadResult(**{k: fields[k] for k in LoadResult.__dataclass_fields__})
 
 
 def _send(

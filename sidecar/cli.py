@@ -141,6 +141,7 @@ def parse_share(value: str | None) -> float | None:
 def snapshot(**kwargs: object) -> None:
     """Sample a vLLM server for one window and write a snapshot folder under --out."""
     from sidecar.commands import take_snapshot  # keeps `classify` free of the sampler's imports
+    from sidecar.report import caveats
 
     config = _snapshot_config(kwargs)
     folder, summary = take_snapshot(config)
@@ -153,8 +154,9 @@ def snapshot(**kwargs: object) -> None:
         f"{sampling['samples']} samples in {sampling['duration_s']:.1f} s at "
         f"{sampling['rate_hz']:g} Hz, {sampling['errors']} py-spy errors, sampler CPU "
         f"{100 * (sampling['sampler_cpu_share'] or 0):.2f}% of one core"
-        + (f"\nPARTIAL: {sampling['partial_reason']}" if sampling["partial"] else "")
     )
+    for caveat in caveats(summary):
+        click.echo(f"WARNING: {caveat}")
     click.echo(phase_table(summary))
 
 

@@ -45,7 +45,15 @@ def report_data(s: Mapping[str, Any]) -> dict[str, Any]:
         "phases": {"by_role": s.get("by_role"), "main_thread": s.get("main_thread")},
         "stages": _stages(s),
         "processes": _processes(s),
+        "caveats": caveats(s),
     }
+
+
+def caveats(s: Mapping[str, Any]) -> list[str]:
+    """What limits how far this snapshot's stack shares can be trusted, in the sampler's words."""
+    sampling = s.get("sampling") or {}
+    out = [f"partial window: {sampling['partial_reason']}"] if sampling.get("partial") else []
+    return out + [str(w) for w in sampling.get("warnings") or ()]
 
 
 def _memory(s: Mapping[str, Any]) -> dict[str, Any]:
@@ -141,6 +149,8 @@ def render(s: Mapping[str, Any]) -> str:
     if s.get("main_thread"):
         parts += ["", "Main threads only:", _main_table(s["main_thread"])]
     parts += ["", _render_stages(d["stages"])]
+    if d["caveats"]:
+        parts += ["", "Caveats:", *(f"- {c}" for c in d["caveats"])]
     return "\n".join(parts)
 
 

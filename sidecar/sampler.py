@@ -36,12 +36,18 @@ PTRACE_HELP = (
     "/proc/sys/kernel/yama/ptrace_scope: 0 or 1 lets a privileged tracer attach, 2 needs "
     "CAP_SYS_PTRACE, 3 forbids attaching until reboot (sysctl kernel.yama.ptrace_scope=1)."
 )
+# What py-spy says, all of it: `record` without --capture prints its status lines ("py-spy>
+# Sampling process 5 times a second", "... Samples: 1200 Errors: 0", "1.04s behind in
+# sampling", "Stopped sampling because process exited") on *stdout*, its errors on stderr.
+_SAMPLING = "Sampling process"
 _COUNTS = re.compile(r"Samples:\s*(\d+)\s+Errors:\s*(\d+)")
-# py-spy warns "1.04s behind in sampling" when it cannot keep up (CPU starved): the lateness.
+# The lateness when py-spy cannot keep up (CPU starved); it then takes the missed samples in a
+# burst as soon as it runs again, so a late window over-weights what came after the stall.
+_BEHIND = re.compile(r"([\d.]+)s behind in sampling")
 _PR_SET_PDEATHSIG = 1  # prctl(2)
+LATE_S = 1.0  # py-spy reports lateness from 1 s on
 # How long py-spy may take to attach before the window is given up on (it then ends partial).
 ATTACH_GRACE_S = 30.0
-_BEHIND = re.compile(r"([\d.]+)s behind in sampling")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +67,7 @@ class RecordOutcome:
 
     raw: str
     returncode: int
-    stderr: str
+    output: str  # py-spy's stdout and stderr, interleaved as written
     samples: int | None
     errors: int | None
     cpu_s: float
@@ -109,27 +115,31 @@ class SubprocessPySpy:
             started = time.monotonic()
             proc = subprocess.Popen(
                 self._argv(request, out),
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 preexec_fn=_die_with_parent,
+                # Its own session: a terminal's Ctrl-C reaches the sidecar alone, which stops
+                # py-spy itself; and where the kernel groups sessions for scheduling
+                # (autogroup, outside systemd and containers) py-spy is not starved with them.
+                start_new_session=True,
             )
-            watch = _StderrWatch(proc)
+            watch = _OutputWatch(proc)
             status, usage = self._wait(proc, watch, started, request.duration_s, stop)
-            stderr = watch.text()
+            output = watch.text()
             raw = out.read_text(errors="replace") if out.exists() else ""
-        counts = _COUNTS.search(stderr)
+        counts = _COUNTS.search(output)
         return RecordOutcome(
             raw=raw,
             returncode=os.waitstatus_to_exitcode(status),
-            stderr=stderr,
+            output=output,
             samples=int(counts[1]) if counts else None,
             errors=int(counts[2]) if counts else None,
             cpu_s=usage.ru_utime + usage.ru_stime,
             wall_s=time.monotonic() - (watch.sampling_since or started),
             attach_s=(watch.sampling_since or time.monotonic()) - started,
-            target_exited="process exited" in stderr,
-            behind_s=max((float(m) for m in _BEHIND.findall(stderr)), default=0.0),
+            target_exited="process exited" in output,
+            behind_s=max((float(m) for m in _BEHIND.findall(output)), default=0.0),
         )
 
     def _argv(self, r: RecordRequest, out: Path) -> list[str]:
@@ -146,7 +156,7 @@ class SubprocessPySpy:
     def _wait(
         self,
         proc: subprocess.Popen[bytes],
-        watch: _StderrWatch,
+        watch: _OutputWatch,
         started: float,
         duration_s: float,
         stop: Callable[[], bool],
@@ -169,8 +179,8 @@ class SubprocessPySpy:
             time.sleep(self.poll_s)
 
 
-class _StderrWatch:
-    """Reads py-spy's stderr as it comes: notes when sampling starts, keeps the text."""
+class _OutputWatch:
+    """Reads py-spy's output as it comes: notes when sampling starts, keeps the text."""
 
     def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         self.sampling_since: float | None = None
@@ -179,12 +189,12 @@ class _StderrWatch:
         self._thread.start()
 
     def _read(self, proc: subprocess.Popen[bytes]) -> None:
-        if proc.stderr is None:
+        if proc.stdout is None:
             return
-        with proc.stderr:
-            for raw in proc.stderr:
+        with proc.stdout:
+            for raw in proc.stdout:
                 line = raw.decode(errors="replace")
-                if self.sampling_since is None and "Sampling process" in line:
+                if self.sampling_since is None and _SAMPLING in line:
                     self.sampling_since = time.monotonic()
                 self._lines.append(line)
 
@@ -241,11 +251,13 @@ class RateController:
     min_hz: float = 1.0  # py-spy's lowest rate: it takes whole samples per second
     max_hz: float = 100.0
 
-    def update(self, cpu_s: float, wall_s: float) -> float:
+    def update(self, cpu_s: float, wall_s: float, behind_s: float = 0.0) -> float:
         if self.budget is None or wall_s <= 0 or cpu_s <= 0:
             return self.rate_hz
         cpu_per_tick = cpu_s / (self.rate_hz * wall_s)
         wanted = self.budget / cpu_per_tick
+        if behind_s >= LATE_S:  # starved of CPU: within budget or not, ask for less
+            wanted = min(wanted, self.rate_hz / 2)
         # Move at most 2x per segment: one noisy segment must not swing the rate wildly.
         wanted = min(max(wanted, self.rate_hz / 2), self.rate_hz * 2)
         self.rate_hz = float(whole_rate(min(max(wanted, self.min_hz), self.max_hz)))
@@ -279,12 +291,18 @@ class Sampler:
             sampled += outcome.wall_s
             rates.append(self.controller.rate_hz)
             _add(counts, outcome, totals, warnings)
-            self.controller.update(outcome.cpu_s, outcome.wall_s)
+            self.controller.update(outcome.cpu_s, outcome.wall_s, outcome.behind_s)
             reason = _partial_reason(outcome, self.alive)
             if reason:
                 break
         if stop() and reason is None and sampled < duration_s - 0.05:
             reason = "stopped before the window ended (signal)"
+        if totals["behind"] >= LATE_S:
+            warnings.append(
+                f"py-spy fell {totals['behind']:.1f} s behind (starved of CPU) and took the missed "
+                "samples in a burst when it ran again: shares lean towards what followed the "
+                "stall. Lower the rate, or raise the sidecar's CPU weight (systemd: CPUWeight=)"
+            )
         if reason is None and totals["samples"] == 0:
             reason = "no samples: py-spy did not attach within the window (a loaded host?)"
         return Window(
@@ -308,7 +326,7 @@ class Sampler:
         if first and self.fail_fast and outcome.returncode != 0 and not outcome.raw:
             # Nothing sampled at all in the first window: a failed start is fatal (STYLE.md 7).
             # Later failures are data: the window is kept, partial, with py-spy's reason.
-            raise explain_failure(self.pid, outcome.stderr)
+            raise explain_failure(self.pid, outcome.output)
         return outcome
 
 
@@ -336,20 +354,20 @@ def _partial_reason(outcome: RecordOutcome, alive: Callable[[], bool]) -> str | 
     if (
         outcome.target_exited
         or not alive()
-        or "no python processes found" in outcome.stderr.lower()
+        or "no python processes found" in outcome.output.lower()
     ):
         return "the target exited during the window; the samples taken before are kept"
     if outcome.returncode != 0:
-        why = _last_line(outcome.stderr) or "stopped before it had attached (a loaded host?)"
+        why = _last_line(outcome.output) or "stopped before it had attached (a loaded host?)"
         return f"py-spy stopped early (exit {outcome.returncode}): {why}"
     return None
 
 
 def explain_failure(
-    pid: int, stderr: str, ptrace_refused: Callable[[int], bool] | None = None
+    pid: int, output: str, ptrace_refused: Callable[[int], bool] | None = None
 ) -> AttachError | SamplerError:
     """Turn py-spy's error text into an error that names the fix."""
-    text = stderr.lower()
+    text = output.lower()
     refused = ptrace_refused or _ptrace_refused
     # With --subprocesses py-spy reports a process it may not trace as "No python processes
     # found" (or says nothing if stopped while it retries): ask the kernel ourselves.
@@ -361,10 +379,10 @@ def explain_failure(
         )
     if "python" in text and ("failed to find" in text or "version" in text or "no python" in text):
         return AttachError(
-            f"process {pid} does not look like a Python process to py-spy ({_last_line(stderr)}): "
+            f"process {pid} does not look like a Python process to py-spy ({_last_line(output)}): "
             "point --pid at the vLLM API server, EngineCore or worker"
         )
-    return SamplerError(f"py-spy failed on process {pid}: {_last_line(stderr) or 'no message'}")
+    return SamplerError(f"py-spy failed on process {pid}: {_last_line(output) or 'no message'}")
 
 
 def _ptrace_refused(pid: int) -> bool:

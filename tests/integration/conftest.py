@@ -6,6 +6,7 @@ run on a fresh machine builds that venv (about 1.5 min), later runs reuse it.
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -32,6 +33,19 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def started() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Processes a test starts; all killed afterwards, even when the test fails."""
+    procs: list[subprocess.Popen[bytes]] = []
+    yield procs
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait(timeout=10)
+        if p.stdout:
+            p.stdout.close()
 
 
 @pytest.fixture

@@ -7,36 +7,14 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from sidecar.cli import main
+from tests.integration.targets import python_target
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def started() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Processes a test starts; all killed afterwards, even when the test fails."""
-    procs: list[subprocess.Popen[bytes]] = []
-    yield procs
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait(timeout=10)
-        if p.stdout:
-            p.stdout.close()
-
-
-def python_target(started: list[subprocess.Popen[bytes]], body: str) -> int:
-    """A real Python process running BODY, returned once its interpreter is up (it says so)."""
-    script = "import sys, time\nprint('ready', flush=True)\n" + body
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
-    started.append(proc)
-    assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
-    return proc.pid
 
 
 def test_pid_that_does_not_exist(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

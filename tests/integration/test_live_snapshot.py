@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from devtools.loadgen import run_load
+from devtools.loadgen import LoadResult, run_load_process
 from devtools.server import VllmServer
 from sidecar.cli import main
 
@@ -39,25 +39,45 @@ EXPECTED = {
 }
 
 
-LOADS: dict[str, Any] = {}  # workload -> the load generator's own result
+LOADS: dict[str, LoadResult] = {}  # workload -> the load generator's own result
+
+
+ATTEMPTS = 3  # windows taken per workload at most, until one is on time
+LATE: dict[str, list[float]] = {}  # workload -> how far py-spy fell behind, per attempt
+
+
+def _window(server: VllmServer, workload: str, folder: Path) -> tuple[Path, LoadResult]:
+    args = ["snapshot", "--pid", str(server.pid), "--duration", str(WINDOW_S),
+            "--rate", RATE_HZ, "--out", str(folder)]  # fmt: skip
+    codes: list[int] = []
+    window = threading.Thread(target=lambda: codes.append(main(args)))
+    window.start()
+    time.sleep(LOAD_START_S)
+    load = run_load_process(server.base_url, workload, LOAD_S)
+    window.join(WINDOW_S + 60)
+    assert codes == [0] and load.requests_ok > 0
+    (snap,) = [p for p in folder.iterdir() if not p.name.startswith(".")]
+    return snap, load
 
 
 @pytest.fixture(scope="module")
 def snapshots(vllm_server: VllmServer, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One on-time window per workload. On this 2-core box vLLM's sched_yield spinning can stall
+    any sleeping process for seconds (README, "Measured here"); py-spy then reports being
+    behind and takes the missed samples in a burst, so such a window's shares lean towards
+    the idle time after the load. The snapshot says so (tested below); the accuracy tests need
+    a window that was on time, so a late one is taken again, up to ATTEMPTS times."""
     out: dict[str, Path] = {}
     for workload in WORKLOADS:
-        folder = tmp_path_factory.mktemp(workload)
-        args = ["snapshot", "--pid", str(vllm_server.pid), "--duration", str(WINDOW_S),
-                "--rate", RATE_HZ, "--out", str(folder)]  # fmt: skip
-        codes: list[int] = []
-        window = threading.Thread(target=lambda a=args, c=codes: c.append(main(a)))
-        window.start()
-        time.sleep(LOAD_START_S)
-        LOADS[workload] = run_load(vllm_server.base_url, workload, LOAD_S)
-        window.join(WINDOW_S + 60)
-        assert codes == [0] and LOADS[workload].requests_ok > 0
-        (snap,) = [p for p in folder.iterdir() if not p.name.startswith(".")]
-        out[workload] = snap
+        late = LATE.setdefault(workload, [])
+        for _ in range(ATTEMPTS):
+            snap, load = _window(vllm_server, workload, tmp_path_factory.mktemp(workload))
+            late.append(json.loads((snap / "summary.json").read_text())["sampling"]["behind_s"])
+            if late[-1] <= min(late):  # the best so far (on a stalling host, the least late)
+                out[workload], LOADS[workload] = snap, load
+            if late[-1] < 1.0:
+                break
+    print("py-spy lateness per attempt:", LATE)
     return out
 
 
@@ -71,6 +91,13 @@ def test_target_processes_and_roles(snapshots: dict[str, Path], vllm_server: Vll
     roles = [p["role"] for p in target["processes"]]
     assert roles[:3] == ["api_server", "engine_core", "worker"]
     assert all(p["start_time"] > 0 for p in target["processes"])
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_a_late_window_says_so(snapshots: dict[str, Path], workload: str) -> None:
+    sampling = summary(snapshots, workload)["sampling"]
+    late = [w for w in sampling["warnings"] if "behind" in w]
+    assert bool(late) == (sampling["behind_s"] >= 1.0), sampling
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)

@@ -148,3 +148,12 @@ def test_empty_stacks_are_failed_reads_not_other() -> None:
     assert s["sampling"]["empty_stacks"] == empty
     assert sum(v["samples"] for v in s["phases"].values()) == w.samples - empty
     assert all(f["frame"] != "(empty stack)" for rows in s["other"].values() for f in rows)
+
+
+def test_a_late_or_partial_window_is_a_caveat_in_the_report() -> None:
+    s = summary(gpu=True, metrics=True)
+    assert report_data(s)["caveats"] == [] and "Caveats:" not in render(s)
+    late = "py-spy fell 6.1 s behind (starved of CPU) and took the missed samples in a burst"
+    s["sampling"] |= {"partial": True, "partial_reason": "the target exited", "warnings": [late]}
+    assert report_data(s)["caveats"] == ["partial window: the target exited", late]
+    assert render(s).endswith(f"Caveats:\n- partial window: the target exited\n- {late}")

@@ -27,7 +27,7 @@ RAW = (
     'process 8915:"python -m vllm.entrypoints.openai.api_server";'
     "thread (8915): MainThread;run (uvloop/__init__.py:92) 3\n"
 )
-STDERR = "py-spy> Wrote raw flamegraph data to 'x'. Samples: {n} Errors: {e}\n"
+OUTPUT = "py-spy> Wrote raw flamegraph data to 'x'. Samples: {n} Errors: {e}\n"
 
 
 class FakeClock:
@@ -55,16 +55,16 @@ class RecordedRunner:
 def ok(cpu_s: float = 0.05, raw: str = RAW, exited: bool = False, behind: float = 0.0):  # type: ignore[no-untyped-def]
     def make(request: RecordRequest) -> RecordOutcome:
         return RecordOutcome(
-            raw=raw, returncode=0, stderr=STDERR.format(n=10, e=1), samples=10, errors=1,
+            raw=raw, returncode=0, output=OUTPUT.format(n=10, e=1), samples=10, errors=1,
             cpu_s=cpu_s, wall_s=request.duration_s, target_exited=exited, behind_s=behind,
         )  # fmt: skip
 
     return make
 
 
-def failed(stderr: str):  # type: ignore[no-untyped-def]
+def failed(output: str):  # type: ignore[no-untyped-def]
     def make(request: RecordRequest) -> RecordOutcome:
-        return RecordOutcome("", 1, stderr, None, None, 0.0, 0.1, False)
+        return RecordOutcome("", 1, output, None, None, 0.0, 0.1, False)
 
     return make
 
@@ -150,7 +150,7 @@ def test_budget_adapts_between_segments() -> None:
 
 
 @pytest.mark.parametrize(
-    ("stderr", "kind", "text"),
+    ("output", "kind", "text"),
     [
         ("Error: Permission Denied: Try running again with elevated permissions", AttachError, "ptrace_scope"),
         ("Error: Failed to get process executable name. Check that the process is running.", AttachError, "is gone"),
@@ -159,14 +159,14 @@ def test_budget_adapts_between_segments() -> None:
         ("Error: No python processes found in process 42 or any of its subprocesses", AttachError, "Python process"),
     ],
 )  # fmt: skip
-def test_py_spy_errors_name_the_fix(stderr: str, kind: type, text: str) -> None:
-    error = explain_failure(42, stderr, ptrace_refused=lambda pid: False)
+def test_py_spy_errors_name_the_fix(output: str, kind: type, text: str) -> None:
+    error = explain_failure(42, output, ptrace_refused=lambda pid: False)
     assert isinstance(error, kind) and text in str(error)
 
 
 def test_no_python_found_with_ptrace_refused_explains_sys_ptrace() -> None:
-    stderr = "Error: No python processes found in process 42 or any of its subprocesses"
-    error = explain_failure(42, stderr, ptrace_refused=lambda pid: True)
+    output = "Error: No python processes found in process 42 or any of its subprocesses"
+    error = explain_failure(42, output, ptrace_refused=lambda pid: True)
     assert isinstance(error, AttachError) and "CAP_SYS_PTRACE" in str(error)
 
 
@@ -180,3 +180,18 @@ def test_py_spy_is_given_whole_rates(rate: float, given: str) -> None:
     )
     assert argv[argv.index("--rate") + 1] == given
     assert argv[argv.index("--duration") + 1] == "10"
+
+
+def test_a_late_window_warns_that_shares_lean_towards_after_the_stall() -> None:
+    s, _ = sampler([ok(behind=0.4), ok(behind=2.5)])
+    window = s.window(10.0)
+    (warning,) = [w for w in window.warnings if "behind" in w]
+    assert "2.5 s behind" in warning and "Lower the rate" in warning
+    assert not [w for w in sampler([ok(behind=0.9)])[0].window(5.0).warnings if "behind" in w]
+
+
+def test_rate_controller_slows_down_when_py_spy_falls_behind() -> None:
+    controller = RateController(rate_hz=8.0, budget=0.02)
+    # 1 ms a tick is well inside the budget (it would allow 20 Hz), but py-spy was starved.
+    assert controller.update(cpu_s=0.04, wall_s=5.0, behind_s=1.5) == 4.0
+    assert RateController(rate_hz=8.0).update(cpu_s=0.04, wall_s=5.0, behind_s=1.5) == 8.0
