@@ -82,13 +82,13 @@ def _ptrace(spy: SubprocessPySpy | None, target: Deployment | None) -> Check:
         status = Status.OK if has_cap else Status.WARN
         fix = "" if has_cap else PTRACE_HELP.format(pid="<vLLM>")
         return Check("ptrace", status, detail + " (not tried: no target or py-spy)", fix)
-    result = subprocess.run([spy.binary, "dump", "--pid", str(target.root.pid)],
+    # --nonblocking: the check must not pause the server it is checking.
+    result = subprocess.run([spy.binary, "dump", "--nonblocking", "--pid", str(target.root.pid)],
                             capture_output=True, text=True, timeout=60)  # fmt: skip
     if result.returncode == 0:
         return Check("ptrace", Status.OK, detail + f"; py-spy dump of {target.root.pid} works")
-    return Check(
-        "ptrace", Status.FAIL, detail, str(explain_failure(target.root.pid, result.stderr))
-    )
+    why = explain_failure(target.root.pid, result.stderr + result.stdout)
+    return Check("ptrace", Status.FAIL, detail, str(why))
 
 
 def _nvml(config: Config) -> Check:
