@@ -144,7 +144,7 @@ def snapshot(**kwargs: object) -> None:
     from sidecar.report import caveats
 
     config = _snapshot_config(kwargs)
-    folder, summary = take_snapshot(config)
+    folder, summary = take_snapshot(config, progress=lambda line: click.echo(line, err=True))
     if config.as_json:
         click.echo(json.dumps(summary, indent=2))
         return

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,7 +14,7 @@ from sidecar.discovery import Deployment, discover, find_deployment, no_server_e
 from sidecar.errors import AttachError, ConfigError
 from sidecar.procfs import ProcFs
 from sidecar.rules import load_rules
-from sidecar.sampler import RateController, Sampler, SubprocessPySpy
+from sidecar.sampler import RateController, Sampler, SubprocessPySpy, whole_rate
 from sidecar.writers import write_snapshot
 
 if TYPE_CHECKING:
@@ -53,11 +55,19 @@ def read_pid_file(path: Path) -> int:
         raise AttachError(f"pid file {path} holds no PID: {exc}") from None
 
 
-def take_snapshot(config: SnapshotConfig) -> tuple[Path, dict[str, Any]]:
+def take_snapshot(
+    config: SnapshotConfig, progress: Callable[[str], None] | None = None
+) -> tuple[Path, dict[str, Any]]:
+    """One window, written; `progress` hears when py-spy has attached and sampling begins."""
     rules = load_rules(config.rules)  # a broken rules file fails before anything is attached
     procfs = ProcFs(config.proc_root)
     target = resolve_target(procfs, config.pid, config.any_python)
     runner = SubprocessPySpy.find(config.py_spy)
+    if progress is not None:
+        say = progress
+        runner = replace(runner, on_sampling=lambda r, attach_s: say(
+            f"sampling vLLM {r.pid} for {r.duration_s:g} s at {whole_rate(r.rate_hz)} Hz "
+            f"(py-spy attached in {attach_s:.1f} s)"))  # fmt: skip
     sampler = Sampler(
         runner=runner,
         pid=target.root.pid,

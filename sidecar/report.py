@@ -227,7 +227,11 @@ def _render_stages(st: Mapping[str, Any]) -> str:
 
 def _serving_reason(s: Mapping[str, Any]) -> str:
     serving = s.get("serving") or {}
-    return str(serving.get("reason") or "vLLM /metrics not read")
+    if serving.get("reason"):
+        return str(serving["reason"])
+    if serving and not serving.get("requests_finished"):
+        return "no request finished during the window (was the server idle?)"
+    return "vLLM /metrics not read"
 
 
 def _ms(serving: Mapping[str, Any], name: str) -> dict[str, float | None]:

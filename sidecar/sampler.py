@@ -88,6 +88,9 @@ class SubprocessPySpy:
 
     binary: str
     poll_s: float = 0.2  # deadline precision; each wake-up costs the sidecar CPU
+    # Called (from a reader thread) when py-spy says it is sampling, with the seconds its
+    # attach took: the CLI tells the operator, since on a busy host that can take a while.
+    on_sampling: Callable[[RecordRequest, float], None] | None = None
 
     @classmethod
     def find(cls, explicit: str | None = None) -> SubprocessPySpy:
@@ -124,7 +127,10 @@ class SubprocessPySpy:
                 # (autogroup, outside systemd and containers) py-spy is not starved with them.
                 start_new_session=True,
             )
-            watch = _OutputWatch(proc)
+            notify = self.on_sampling
+            watch = _OutputWatch(
+                proc, None if notify is None else lambda at: notify(request, at - started)
+            )
             status, usage = self._wait(proc, watch, started, request.duration_s, stop)
             output = watch.text()
             raw = out.read_text(errors="replace") if out.exists() else ""
@@ -182,8 +188,11 @@ class SubprocessPySpy:
 class _OutputWatch:
     """Reads py-spy's output as it comes: notes when sampling starts, keeps the text."""
 
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[bytes], on_start: Callable[[float], None] | None = None
+    ) -> None:
         self.sampling_since: float | None = None
+        self._on_start = on_start
         self._lines: list[str] = []
         self._thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
         self._thread.start()
@@ -196,6 +205,8 @@ class _OutputWatch:
                 line = raw.decode(errors="replace")
                 if self.sampling_since is None and _SAMPLING in line:
                     self.sampling_since = time.monotonic()
+                    if self._on_start is not None:
+                        self._on_start(self.sampling_since)
                 self._lines.append(line)
 
     def join(self) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
+from dataclasses import replace
 
 import psutil
 import pytest
@@ -27,8 +28,13 @@ BUSY = "while True: sum(range(1000))\n"
 def test_py_spys_own_counts_and_start_are_read(started: list[subprocess.Popen[bytes]]) -> None:
     pid = python_target(started, BUSY)
     request = RecordRequest(pid=pid, rate_hz=20, duration_s=3.0)
-    outcome = SubprocessPySpy.find().record(request, stop=lambda: False)
+    heard: list[tuple[RecordRequest, float]] = []
+    runner = replace(SubprocessPySpy.find(), on_sampling=lambda r, s: heard.append((r, s)))
+    outcome = runner.record(request, stop=lambda: False)
     assert outcome.returncode == 0, outcome.output
+    # The CLI's "sampling vLLM ... (py-spy attached in 0.1 s)" comes from this call, made once.
+    ((said, attach_s),) = heard
+    assert said == request and abs(attach_s - outcome.attach_s) < 0.05
     assert "Sampling process 20 times a second" in outcome.output
     # py-spy's own count, read from what it printed, and the stacks it wrote agree.
     assert outcome.samples is not None and outcome.errors is not None, outcome.output

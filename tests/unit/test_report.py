@@ -157,3 +157,12 @@ def test_a_late_or_partial_window_is_a_caveat_in_the_report() -> None:
     s["sampling"] |= {"partial": True, "partial_reason": "the target exited", "warnings": [late]}
     assert report_data(s)["caveats"] == ["partial window: the target exited", late]
     assert render(s).endswith(f"Caveats:\n- partial window: the target exited\n- {late}")
+
+
+def test_an_idle_window_says_no_request_finished_not_that_metrics_were_unread() -> None:
+    s = summary(gpu=False, metrics=True)
+    s["serving"] |= {"requests_finished": 0.0, "prefill_time_mean_s": None,
+                     "decode_time_mean_s": None}  # fmt: skip
+    text = render(s)
+    assert "- Prefill/Decoding: not measured (no request finished during the window" in text
+    assert "/metrics not read" not in text
