@@ -120,10 +120,13 @@ def test_each_role_spends_its_samples_where_phases_md_says(
 @pytest.mark.parametrize("workload", WORKLOADS)
 def test_every_workload_steps_the_model(snapshots: dict[str, Path], workload: str) -> None:
     """The model is stepped: the worker's main thread computes, or the EngineCore's waits on
-    it. (Under decode-heavy the worker mostly spins in sched_yield between tiny steps: idle.)"""
+    it. (Under decode-heavy the worker mostly spins in sched_yield between tiny steps: idle.)
+    A window that missed the load shows about 0.005 here; on-time windows show 0.2 to 1.2;
+    windows py-spy was 6 s late for under decode-heavy have shown as little as 0.048, as the
+    burst after a stall lands on idle time. Hence the 2 % floor."""
     main_thread = summary(snapshots, workload)["main_thread"]
     step = sum(main_thread["worker"].get(p, 0.0) for p in ("forward", "attention", "sampling"))
-    assert step + main_thread["engine_core"].get("model_wait", 0.0) >= 0.05, main_thread
+    assert step + main_thread["engine_core"].get("model_wait", 0.0) >= 0.02, main_thread
 
 
 def _share(s: dict[str, Any], role: str, *phases: str) -> float:
