@@ -105,10 +105,6 @@ class Deployment:
         return tuple(info.pid for info in self.processes)
 
     @property
-    def keys(self) -> tuple[tuple[int, int], ...]:
-        return tuple(info.key for info in self.processes)
-
-    @property
     def serving(self) -> tuple[ProcessInfo, ...]:
         """The root and the processes that serve (API server, EngineCore, worker): those the
         deployment cannot lose. Helpers (the resource tracker, a DP coordinator) are not."""

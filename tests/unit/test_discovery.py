@@ -118,7 +118,7 @@ def test_any_pid_finds_the_whole_v1_cpu_deployment(pid: int) -> None:
     # Not the zombie lscpu, the shell, nor the unrelated Python job.
     assert roles(deployment) == [(4100, API), (4187, ENGINE), (4262, WORKER), (4105, OTHER)]
     assert deployment.pids == (4100, 4187, 4262, 4105)
-    assert deployment.keys[:2] == ((4100, 1523407), (4187, 1524211))
+    assert [p.key for p in deployment.processes[:2]] == [(4100, 1523407), (4187, 1524211)]
 
 
 def test_tp2_in_a_container() -> None:
