@@ -19,6 +19,7 @@ from pathlib import Path
 
 from devtools.loadgen import LoadResult, run_load
 from devtools.server import VllmServer
+from sidecar.commands import SAMPLING_LINE
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,7 +74,7 @@ def _echo(proc: subprocess.Popen[str], sampling: threading.Event) -> None:
     for line in proc.stderr:
         sys.stderr.write(line)
         sys.stderr.flush()
-        if line.startswith("sampling vLLM"):
+        if line.startswith(SAMPLING_LINE):
             sampling.set()
 
 

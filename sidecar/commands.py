@@ -55,6 +55,11 @@ def read_pid_file(path: Path) -> int:
         raise AttachError(f"pid file {path} holds no PID: {exc}") from None
 
 
+# The first words of the line `snapshot` prints on stderr when sampling begins (the demo waits
+# for it to start its load).
+SAMPLING_LINE = "sampling vLLM"
+
+
 def take_snapshot(
     config: SnapshotConfig, progress: Callable[[str], None] | None = None
 ) -> tuple[Path, dict[str, Any]]:
@@ -66,7 +71,7 @@ def take_snapshot(
     if progress is not None:
         say = progress
         runner = replace(runner, on_sampling=lambda r, attach_s: say(
-            f"sampling vLLM {r.pid} for {r.duration_s:g} s at {whole_rate(r.rate_hz)} Hz "
+            f"{SAMPLING_LINE} {r.pid} for {r.duration_s:g} s at {whole_rate(r.rate_hz)} Hz "
             f"(py-spy attached in {attach_s:.1f} s)"))  # fmt: skip
     sampler = Sampler(
         runner=runner,
