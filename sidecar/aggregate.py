@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 from sidecar.classifier import STEP_PHASES, Classifier
 from sidecar.records import Label, Phase, Role, StackSample, Stage
+from sidecar.records.summary import OtherFrame, PhaseCount
 
 # When a process's threads disagree, the most specific role wins (PHASES.md, Roles).
 ROLE_ORDER = (Role.WORKER, Role.ENGINE_CORE, Role.API_SERVER, Role.OTHER)
@@ -23,7 +24,7 @@ class LabelledStack:
 @dataclass(frozen=True, slots=True)
 class Summary:
     samples: int
-    phases: Mapping[str, Mapping[str, float]]  # phase -> {"samples": n, "share": x}
+    phases: Mapping[str, PhaseCount]  # every phase, with its samples and share of all
     by_role: Mapping[str, Mapping[str, float]]  # role -> phase -> share of that role's samples
     role_samples: Mapping[str, int]
     # The same over each process's main thread only: where the engine loop, the worker's model
@@ -31,7 +32,7 @@ class Summary:
     # and would otherwise dilute every role's shares by their number.
     main_thread: Mapping[str, Mapping[str, float]]
     stages: Mapping[str, int]  # prefill / decode / unknown samples over model-step phases
-    other_frames: Mapping[str, list[tuple[str, int]]]  # role -> what `other` holds, top frames
+    other_frames: Mapping[str, tuple[OtherFrame, ...]]  # role -> what `other` holds, top frames
 
 
 def label_stacks(
@@ -85,12 +86,15 @@ def summarize(labelled: Iterable[LabelledStack], top_other: int = 5) -> Summary:
         role_samples={r: sum(c.values()) for r, c in sorted(role_phase.items())},
         main_thread={r: _shares(c) for r, c in sorted(main_phase.items())},
         stages=dict(stages),
-        other_frames={r: c.most_common(top_other) for r, c in sorted(other.items())},
+        other_frames={
+            r: tuple(OtherFrame(f, n) for f, n in c.most_common(top_other))
+            for r, c in sorted(other.items())
+        },
     )
 
 
-def _entry(n: int, total: int) -> dict[str, float]:
-    return {"samples": n, "share": round(n / total, 4) if total else 0.0}
+def _entry(n: int, total: int) -> PhaseCount:
+    return PhaseCount(samples=n, share=round(n / total, 4) if total else 0.0)
 
 
 def _shares(counter: Counter[str]) -> dict[str, float]:

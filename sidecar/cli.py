@@ -146,14 +146,14 @@ def snapshot(**kwargs: object) -> None:
     config = _snapshot_config(kwargs)
     folder, summary = take_snapshot(config, progress=lambda line: click.echo(line, err=True))
     if config.as_json:
-        click.echo(json.dumps(summary, indent=2))
+        click.echo((folder / "summary.json").read_text().rstrip())
         return
-    sampling = summary["sampling"]
+    sampling = summary.sampling
     click.echo(f"snapshot: {folder}")
     click.echo(
-        f"{sampling['samples']} samples in {sampling['duration_s']:.1f} s at "
-        f"{sampling['rate_hz']:g} Hz, {sampling['errors']} py-spy errors, sampler CPU "
-        f"{100 * (sampling['sampler_cpu_share'] or 0):.2f}% of one core"
+        f"{sampling.samples} samples in {sampling.duration_s:.1f} s at "
+        f"{sampling.rate_hz:g} Hz, {sampling.errors} py-spy errors, sampler CPU "
+        f"{100 * (sampling.sampler_cpu_share or 0):.2f}% of one core"
     )
     for caveat in caveats(summary):
         click.echo(f"WARNING: {caveat}")
@@ -191,11 +191,13 @@ def _snapshot_config(kw: dict[str, object]) -> SnapshotConfig:
 )
 def report(snapshot_dir: Path, fmt: str) -> None:
     """Print the profile of one snapshot: memory, computation time, throughput, breakdowns."""
-    from sidecar.report import load_summary, render, report_data
+    from sidecar.report import render, report_data
+    from sidecar.summary_io import read_summary
+    from sidecar.writers import to_jsonable
 
-    summary = load_summary(snapshot_dir)
+    summary = read_summary(snapshot_dir)
     if fmt == "json":
-        click.echo(json.dumps(report_data(summary), indent=2))
+        click.echo(json.dumps(to_jsonable(report_data(summary)), indent=2))
     else:
         click.echo(render(summary))
 

@@ -18,7 +18,8 @@ from sidecar.gpu import GpuReading, NvmlReader
 from sidecar.pidmap import PidMap
 from sidecar.procfs import ProcFs
 from sidecar.records import Role
-from sidecar.resources import KvCache, PsutilReader, kv_bytes_per_token, kv_cache, model_dir_of
+from sidecar.records.readings import KvCache
+from sidecar.resources import PsutilReader, kv_bytes_per_token, kv_cache, model_dir_of
 from sidecar.sampler import Sampler
 from sidecar.snapshot import Readings, Snapshot, build_snapshot
 from sidecar.vllm_metrics import (

@@ -6,13 +6,14 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sidecar.classifier import Classifier
 from sidecar.collect import Collector, host_procfs, metrics_source_for, open_gpu_reader
 from sidecar.discovery import Deployment, discover, find_deployment, no_server_error
 from sidecar.errors import AttachError, ConfigError
 from sidecar.procfs import ProcFs
+from sidecar.records.summary import SnapshotSummary
 from sidecar.rules import load_rules
 from sidecar.sampler import RateController, Sampler, SubprocessPySpy, whole_rate
 from sidecar.writers import write_snapshot
@@ -62,7 +63,7 @@ SAMPLING_LINE = "sampling vLLM"
 
 def take_snapshot(
     config: SnapshotConfig, progress: Callable[[str], None] | None = None
-) -> tuple[Path, dict[str, Any]]:
+) -> tuple[Path, SnapshotSummary]:
     """One window, written; `progress` hears when py-spy has attached and sampling begins."""
     rules = load_rules(config.rules)  # a broken rules file fails before anything is attached
     procfs = ProcFs(config.proc_root)
@@ -97,4 +98,4 @@ def take_snapshot(
     folder = write_snapshot(snap, config.out)
     if snap.window.partial:
         log.warning("partial window: %s", snap.window.partial_reason)
-    return folder, snap.summary_dict()
+    return folder, snap.summary()

@@ -166,7 +166,7 @@ class Daemon:
         self._had_window = True
         outcome = self.store.write(snapshot, planned.kind.value)
         self.schedule.done(planned)
-        summary = snapshot.summary_dict()
+        summary = snapshot.summary(planned.kind.value)
         self.state.update_snapshot(summary, planned.kind.value,
                                    str(outcome.path) if outcome.path else None)  # fmt: skip
         self._report_store()

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 
 from sidecar.records import Phase
+from sidecar.records.summary import SnapshotSummary
 
 ROLE_COLUMNS = ("api_server", "engine_core", "worker", "other")
 
@@ -18,22 +19,19 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
-def phase_table(summary: Mapping[str, object]) -> str:
+def phase_table(summary: SnapshotSummary) -> str:
     """Phases down, roles across: each cell is that phase's share of the role's samples."""
-    by_role = summary["by_role"]
-    role_samples = summary["role_samples"]
-    assert isinstance(by_role, Mapping) and isinstance(role_samples, Mapping)
+    by_role, role_samples = summary.by_role, summary.role_samples
     roles = [r for r in ROLE_COLUMNS if r in by_role]
-    phases = summary["phases"]
-    assert isinstance(phases, Mapping)
     rows = []
     for phase in Phase:
-        if not phases[phase.value]["samples"]:
+        count = summary.phases.get(phase.value)
+        if count is None or not count.samples:
             continue
         cells = [_pct(by_role[r].get(phase.value)) for r in roles]
-        rows.append([phase.value, *cells, _pct(phases[phase.value]["share"])])
-    total = sum(int(role_samples[r]) for r in roles)
-    rows.append(["samples", *(str(role_samples[r]) for r in roles), str(total)])
+        rows.append([phase.value, *cells, _pct(count.share)])
+    total = sum(role_samples.get(r, 0) for r in roles)
+    rows.append(["samples", *(str(role_samples.get(r, 0)) for r in roles), str(total)])
     return table(["phase", *roles, "all"], rows)
 
 

@@ -9,45 +9,17 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
 from sidecar.records import ProcessInfo
+from sidecar.records.readings import HostMemory, KvCache, ProcessStats
 
 log = logging.getLogger("vllm_sidecar")
 
 _DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "fp8": 1,
                 "fp8_e4m3": 1, "fp8_e5m2": 1, "int8": 1}  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessStats:
-    pid: int
-    role: str
-    rss_bytes: int | None
-    cpu_s: float | None  # user + system over the window, all threads
-    cpu_share: float | None  # of one core, over the window
-    threads: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class HostMemory:
-    total_bytes: int
-    available_bytes: int
-    used_bytes: int
-
-
-@dataclass(frozen=True, slots=True)
-class KvCache:
-    bytes: int | None
-    source: str  # which figure it came from, so a reader can judge it
-    share: float | None  # of GPU memory (GPU hosts) or of host memory (CPU hosts)
-    share_of: str | None  # "gpu" or "host"
-    block_size: int | None = None
-    num_blocks: int | None = None
-    usage: float | None = None  # vLLM's kv_cache_usage_perc at the window's end
 
 
 class PsutilReader:

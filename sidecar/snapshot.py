@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,11 +12,16 @@ from sidecar.aggregate import LabelledStack, Summary, label_stacks, summarize
 from sidecar.classifier import STEP_PHASES, Classifier
 from sidecar.gpu import GpuReading
 from sidecar.records import ProcessInfo, Role
-from sidecar.resources import HostMemory, KvCache, ProcessStats
+from sidecar.records.readings import HostMemory, KvCache, ProcessStats, ServingFigures
+from sidecar.records.summary import (
+    GpuSection,
+    ProcessEntry,
+    ResourcesSection,
+    SamplingSection,
+    SnapshotSummary,
+    TargetSection,
+)
 from sidecar.sampler import Window
-from sidecar.vllm_metrics import ServingFigures
-
-SCHEMA_VERSION = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +48,7 @@ class Snapshot:
     processes: tuple[ProcessInfo, ...]
     window: Window
     labelled: tuple[LabelledStack, ...]
-    summary: Summary
+    summary_counts: Summary
     rules_source: str
     readings: Readings = field(default_factory=Readings)
 
@@ -52,44 +57,31 @@ class Snapshot:
         "weight", "frame", "rule", "stack",
     )  # fmt: skip
 
-    def summary_dict(self) -> dict[str, Any]:
-        w, s = self.window, self.summary
-        return {
-            "schema": SCHEMA_VERSION,
-            "name": self.name,
-            "created_at": self.created_at,
-            "host": self.host,
-            "target": {
-                "root_pid": self.processes[0].pid if self.processes else None,
-                "processes": [_process_dict(p) for p in self.processes],
-            },
-            "sampling": {
-                "rate_hz": round(w.rate_hz, 3),
-                "duration_s": round(w.duration_s, 3),
-                "samples": w.samples,
-                "errors": w.errors,
-                "empty_stacks": sum(st.weight for st in w.stacks if not st.frames),
-                "segments": w.segments,
-                "sampler_cpu_s": round(w.sampler_cpu_s, 4),
-                "sampler_cpu_share": round(w.sampler_cpu_s / w.duration_s, 5)
-                if w.duration_s
-                else None,
-                "behind_s": round(w.behind_s, 3),
-                "partial": w.partial,
-                "partial_reason": w.partial_reason,
-                "warnings": list(w.warnings),
-            },
-            "phases": s.phases,
-            "by_role": s.by_role,
-            "role_samples": s.role_samples,
-            "main_thread": s.main_thread,
-            "stages": s.stages,
-            "other": {
-                r: [{"frame": f, "samples": n} for f, n in v] for r, v in s.other_frames.items()
-            },
-            "rules": self.rules_source,
-            **readings_dict(self.readings),
-        }
+    def summary(self, kind: str | None = None) -> SnapshotSummary:
+        """The typed summary: what summary.json holds, and what every reader takes."""
+        w, s = self.window, self.summary_counts
+        return SnapshotSummary(
+            name=self.name,
+            created_at=self.created_at,
+            host=self.host,
+            kind=kind,
+            target=TargetSection(
+                root_pid=self.processes[0].pid if self.processes else None,
+                processes=tuple(_process_entry(p) for p in self.processes),
+            ),
+            sampling=_sampling(w),
+            phases=s.phases,
+            by_role=s.by_role,
+            role_samples=s.role_samples,
+            main_thread=s.main_thread,
+            stages=s.stages,
+            other=s.other_frames,
+            rules=self.rules_source,
+            resources=ResourcesSection(self.readings.host_memory, self.readings.process_stats),
+            gpu=_gpu_section(self.readings),
+            serving=_serving(self.readings),
+            kv_cache=self.readings.kv_cache,
+        )
 
     def stack_rows(self) -> list[dict[str, Any]]:
         return [_stack_row(ls) for ls in self.labelled]
@@ -114,54 +106,47 @@ def build_snapshot(
         processes=processes,
         window=window,
         labelled=labelled,
-        summary=summarize(labelled),
+        summary_counts=summarize(labelled),
         rules_source=classifier.rules.source,
         readings=readings or Readings(),
     )
 
 
-def readings_dict(r: Readings) -> dict[str, Any]:
-    """The readers' sections of summary.json; a missing reader is null with a reason."""
-    return {
-        "resources": {
-            "host_memory": asdict(r.host_memory) if r.host_memory else None,
-            "processes": [asdict(p) for p in r.process_stats],
-        },
-        "gpu": _gpu_dict(r),
-        "serving": _serving_dict(r),
-        "kv_cache": asdict(r.kv_cache) if r.kv_cache else None,
-    }
+def _sampling(w: Window) -> SamplingSection:
+    return SamplingSection(
+        rate_hz=round(w.rate_hz, 3),
+        duration_s=round(w.duration_s, 3),
+        samples=w.samples,
+        errors=w.errors,
+        empty_stacks=sum(st.weight for st in w.stacks if not st.frames),
+        segments=w.segments,
+        sampler_cpu_s=round(w.sampler_cpu_s, 4),
+        sampler_cpu_share=round(w.sampler_cpu_s / w.duration_s, 5) if w.duration_s else None,
+        behind_s=round(w.behind_s, 3),
+        partial=w.partial,
+        partial_reason=w.partial_reason,
+        warnings=w.warnings,
+    )
 
 
-def _gpu_dict(r: Readings) -> dict[str, Any] | None:
+def _gpu_section(r: Readings) -> GpuSection:
     if r.gpu is None:
-        return {"available": False, "reason": "GPU readings disabled"}
+        return GpuSection(available=False, reason="GPU readings disabled")
     g = r.gpu
-    return {
-        "available": g.available,
-        "reason": g.reason,
-        "devices": [_device_dict(d) for d in g.devices],
-        "util_gpu_pct_start": r.gpu_util_start,
-        "unsupported": list(g.unsupported),
-        "errors": list(g.errors),
-    }
+    return GpuSection(available=g.available, reason=g.reason, devices=g.devices,
+                      util_gpu_pct_start=r.gpu_util_start, unsupported=g.unsupported,
+                      errors=g.errors)  # fmt: skip
 
 
-def _device_dict(d: Any) -> dict[str, Any]:
-    out = asdict(d)
-    out["label"] = d.label
-    return out
-
-
-def _serving_dict(r: Readings) -> dict[str, Any]:
+def _serving(r: Readings) -> ServingFigures:
     if r.serving is None:
-        return {"url": r.metrics_url, "reason": "vLLM /metrics not read"}
-    return {"url": r.metrics_url, **asdict(r.serving)}
+        return ServingFigures(url=r.metrics_url, reason="vLLM /metrics not read")
+    return r.serving
 
 
-def _process_dict(p: ProcessInfo) -> dict[str, Any]:
-    return {"pid": p.pid, "ppid": p.ppid, "start_time": p.start_time, "role": p.role.value,
-            "title": p.title}  # fmt: skip
+def _process_entry(p: ProcessInfo) -> ProcessEntry:
+    return ProcessEntry(pid=p.pid, ppid=p.ppid, start_time=p.start_time, role=p.role,
+                        title=p.title)  # fmt: skip
 
 
 def _stack_row(ls: LabelledStack) -> dict[str, Any]:

@@ -139,7 +139,7 @@ class SnapshotStore:
                 return self._skipped(shortfall, space=True, deleted=deleted)
             name = snapshot.name + ("-baseline" if kind is Kind.BASELINE else "")
             try:
-                path = write_snapshot(snapshot, self.dir, name=name, extra={"kind": kind.value})
+                path = write_snapshot(snapshot, self.dir, name=name, kind=kind.value)
             except (OutputError, OSError) as exc:
                 return self._skipped(str(exc), space=_is_space_error(exc), deleted=deleted)
             self._added(path)

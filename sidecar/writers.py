@@ -27,15 +27,16 @@ class SnapshotWriter(Protocol):
 
 
 class SummaryJsonWriter:
-    """summary.json; `extra` keys (the store's `kind`) are merged in at the top level."""
+    """summary.json: the typed summary (sidecar.records.summary) as JSON; `kind` is the store's
+    (snapshot or baseline)."""
 
     filename = "summary.json"
 
-    def __init__(self, extra: Mapping[str, Any] | None = None) -> None:
-        self.extra = dict(extra or {})
+    def __init__(self, kind: str | None = None) -> None:
+        self.kind = kind
 
     def write(self, snapshot: Snapshot, path: Path) -> None:
-        summary = {**snapshot.summary_dict(), **self.extra}
+        summary = to_jsonable(snapshot.summary(self.kind))
         path.write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")
 
 
@@ -76,11 +77,11 @@ def write_snapshot(
     formats: tuple[str, ...] = (),
     *,
     name: str | None = None,
-    extra: Mapping[str, Any] | None = None,
+    kind: str | None = None,
 ) -> Path:
     """Write all formats into OUT_DIR/<name or snapshot.name>/ atomically (a taken name gets
-    `-1`, `-2`, ...); `extra` is merged into summary.json. Returns the final folder."""
-    writers = [_writer(f, extra) for f in (formats or tuple(WRITERS))]
+    `-1`, `-2`, ...); `kind` goes into summary.json. Returns the final folder."""
+    writers = [_writer(f, kind) for f in (formats or tuple(WRITERS))]
     final = _free_name(out_dir, name or snapshot.name)
     tmp = out_dir / f".{final.name}.tmp-{os.getpid()}"
     try:
@@ -97,8 +98,8 @@ def write_snapshot(
     return final
 
 
-def _writer(fmt: str, extra: Mapping[str, Any] | None) -> SnapshotWriter:
-    return SummaryJsonWriter(extra) if fmt == "summary" else WRITERS[fmt]()
+def _writer(fmt: str, kind: str | None) -> SnapshotWriter:
+    return SummaryJsonWriter(kind) if fmt == "summary" else WRITERS[fmt]()
 
 
 def _free_name(out_dir: Path, name: str) -> Path:
@@ -138,7 +139,7 @@ def to_jsonable(value: Any) -> Any:
     """Records -> JSON-ready values (enums by value, dataclasses as dicts)."""
     if hasattr(value, "__dataclass_fields__"):
         return to_jsonable(asdict(value))
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         return {str(to_jsonable(k)): to_jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [to_jsonable(v) for v in value]

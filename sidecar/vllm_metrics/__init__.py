@@ -10,10 +10,10 @@ Nothing here raises into the sampling loop: a server without `/metrics`, or one 
 garbage, gives `ServingFigures` whose figures are None and whose `reason` says why.
 """
 
+from sidecar.records.readings import ServingFigures
 from sidecar.vllm_metrics.endpoint import DEFAULT_PORT, metrics_url_from_cmdline
 from sidecar.vllm_metrics.figures import (
     HistogramDelta,
-    ServingFigures,
     histogram_quantile,
     serving_figures,
 )

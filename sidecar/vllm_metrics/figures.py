@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from sidecar.records.readings import ServingFigures
 from sidecar.vllm_metrics.scrape import (
     VLLM_PREFIX,
     LabelSet,
@@ -43,36 +44,6 @@ ONLY_ONE_SCRAPE = "only one scrape"
 
 
 @dataclass(frozen=True, slots=True)
-class ServingFigures:
-    """What vLLM says it did over a window. Every figure is None when it cannot be known;
-    `reason` says why window figures are missing, `missing` names absent metrics."""
-
-    window_s: float | None = None
-    requests_finished: float | None = None  # deltas over the window
-    prompt_tokens: float | None = None
-    generation_tokens: float | None = None
-    requests_per_s: float | None = None
-    prompt_tokens_per_s: float | None = None
-    generation_tokens_per_s: float | None = None
-    prefill_time_mean_s: float | None = None  # per request
-    decode_time_mean_s: float | None = None
-    ttft_mean_s: float | None = None
-    ttft_p50_s: float | None = None
-    ttft_p95_s: float | None = None
-    itl_mean_s: float | None = None
-    itl_p50_s: float | None = None
-    itl_p95_s: float | None = None
-    preemptions: float | None = None
-    kv_cache_usage: float | None = None  # latest, 1.0 = full
-    requests_running: float | None = None
-    requests_waiting: float | None = None
-    cache_config: dict[str, str] | None = None  # vllm:cache_config_info labels; read-only
-    model_name: str | None = None
-    reason: str | None = None
-    missing: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
 class HistogramDelta:
     """A histogram's change over a window, summed over label sets."""
 
@@ -94,6 +65,10 @@ def serving_figures(first: MetricsScrape, last: MetricsScrape | None = None) -> 
     cache config, model name) need only a good last scrape, so they survive a failed first
     scrape, a single scrape and a restart, with `reason` saying what the window lacks.
     """
+    return replace(_figures(first, last), url=(last or first).url)
+
+
+def _figures(first: MetricsScrape, last: MetricsScrape | None) -> ServingFigures:
     if last is None:
         return _latest(first, ONLY_ONE_SCRAPE)
     if not last.ok:

