@@ -6,24 +6,136 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
+from sidecar import units
 from sidecar.aggregate import label_stacks
 from sidecar.classifier import STEP_PHASES, Classifier
+from sidecar.config import (
+    FLAGS,
+    SNAPSHOT_DEFAULTS,
+    Config,
+    SnapshotOptions,
+    load_config,
+    snapshot_options,
+    unit_of,
+)
 from sidecar.errors import ConfigError, SidecarError, exit_code
 from sidecar.parsers import parse_file
 from sidecar.render import phase_table, table
 from sidecar.rules import load_rules
+from sidecar.units import Unit
 
 
 @click.group()
 @click.version_option(package_name="vllm-sidecar")
 def cli() -> None:
     """Profile a running vLLM server: py-spy stacks mapped to serving phases."""
+
+
+# ---------------------------------------------------------------------------------- settings
+# One config model for `snapshot`, `run` and `doctor` (sidecar/config.py): each setting flag
+# overrides --config and the environment, and is parsed in the setting's unit there, so an error
+# names the flag. A flag left out leaves the file's value alone (click's defaults only show).
+
+SHARED_SETTINGS = (
+    "target.pid", "target.pid_file", "target.discover", "target.proc_root", "target.host_proc",
+    "target.any_python", "sampling.rate_hz", "sampling.cpu_budget", "sampling.py_spy",
+    "metrics.url", "gpu", "rules",
+)  # fmt: skip
+DAEMON_SETTINGS = (
+    *SHARED_SETTINGS, "output.dir", "exporter_listen", "schedule.window_s",
+    "schedule.interval_s", "schedule.baseline_every_s",
+)  # fmt: skip
+_HELP = {
+    "target.pid": "Any process of the vLLM server (API server, engine, worker).",
+    "target.pid_file": "A file holding that PID; re-read when vLLM restarts.",
+    "target.discover": "Find the vLLM server under --proc-root.",
+    "target.proc_root": "A host's /proc mounted elsewhere (e.g. /host_proc).",
+    "target.host_proc": "The host's /proc, to map NVML's host PIDs from inside a container.",
+    "target.any_python": "Allow a Python process that is not vLLM.",
+    "sampling.rate_hz": "Samples per second (the starting rate under a budget).",
+    "sampling.cpu_budget": "Adapt the rate to this share of one core, e.g. 2% (`off`: fixed).",
+    "sampling.py_spy": "Path to the py-spy binary.",
+    "metrics.url": "vLLM's /metrics (default: from the API server's flags).",
+    "gpu": "NVML readings.",
+    "rules": "Your own phases.yaml.",
+    "output.dir": "Output folder.",
+    "exporter_listen": "host:port of the sidecar's /metrics, or off.",
+    "schedule.window_s": "Window length, e.g. 60s.",
+    "schedule.interval_s": "A window every ..., e.g. 5m.",
+    "schedule.baseline_every_s": "Baseline period, e.g. 1h.",
+}
+_BOOLS = ("target.discover", "target.any_python", "gpu")
+
+
+_METAVARS = {
+    "seconds": "DURATION", "hertz": "HZ", "share": "SHARE", "path": "PATH", "command": "PATH",
+    "pid": "PID", "url": "URL", "listen address": "HOST:PORT",
+}  # fmt: skip
+
+
+def _shown(default: Any, unit: Unit) -> str | bool:
+    if default is None:
+        return False
+    if unit is units.SECONDS:
+        return f"{default:g}s"
+    return f"{100 * default:g}%" if unit is units.SHARE else True
+
+
+def _param(key: str) -> str:
+    return FLAGS[key].lstrip("-").replace("-", "_")
+
+
+def _setting_options(
+    defaults: Config, keys: tuple[str, ...]
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """--config and a flag per setting; values stay text until the config layer parses them.
+    `defaults` are shown in --help only: a flag left out is not passed on (see `_typed`)."""
+
+    def decorate(f: Callable[..., None]) -> Callable[..., None]:
+        for key in reversed(keys):
+            flag, help_text = FLAGS[key], _HELP[key]
+            if key in _BOOLS:
+                f = click.option(f"{flag}/--no-{flag[2:]}", default=None, help=help_text)(f)
+                continue
+            section, _, name = key.rpartition(".")
+            default = getattr(getattr(defaults, section) if section else defaults, name)
+            unit = unit_of(key)
+            f = click.option(flag, type=click.STRING, metavar=_METAVARS.get(unit.name, "TEXT"),
+                             default=default, show_default=_shown(default, unit),
+                             help=help_text)(f)  # fmt: skip
+        return click.option("--config", "config_path", type=click.Path(path_type=Path),
+                            help="YAML config (see configs/sidecar.yaml).")(f)  # fmt: skip
+
+    return decorate
+
+
+def _typed(ctx: click.Context) -> dict[str, Any]:
+    """The options given on the command line, by parameter name."""
+    return {
+        name: value
+        for name, value in ctx.params.items()
+        if ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)
+    }
+
+
+def _settings(
+    ctx: click.Context, keys: tuple[str, ...], defaults: Config
+) -> tuple[Config, Path | None, dict[str, Any]]:
+    """The config for `keys`' flags on top of --config and the environment; the flags too, in
+    the config layer's form, for the daemon to re-apply on SIGHUP."""
+    typed = _typed(ctx)
+    flags = {key: typed[_param(key)] for key in keys if _param(key) in typed}
+    if flags.get("target.pid") is not None or flags.get("target.pid_file") is not None:
+        flags.setdefault("target.discover", False)  # a named target over the file's discovery
+    path = ctx.params.get("config_path")
+    return load_config(path, flags=flags, defaults=defaults), path, flags
 
 
 # ---------------------------------------------------------------------------------- classify
@@ -77,75 +189,24 @@ def classify(files: tuple[Path, ...], as_json: bool, rules: Path | None) -> None
 # ---------------------------------------------------------------------------------- snapshot
 
 
-@dataclass(frozen=True, slots=True)
-class SnapshotConfig:
-    pid: int | None
-    discover: bool
-    duration_s: float
-    rate_hz: float
-    cpu_budget: float | None
-    out: Path
-    proc_root: Path
-    rules: Path | None
-    py_spy: str | None
-    any_python: bool
-    as_json: bool
-    metrics_url: str | None = None
-    gpu: bool = True
-    host_proc_root: Path | None = None
-
-
-def parse_share(value: str | None) -> float | None:
-    """`2%` or `0.02` -> 0.02."""
-    if value is None:
-        return None
-    text = value.strip()
-    try:
-        share = float(text[:-1]) / 100 if text.endswith("%") else float(text)
-    except ValueError:
-        raise ConfigError(
-            f"--cpu-budget {value!r}: give a share of one core, e.g. 2% or 0.02"
-        ) from None
-    if not 0 < share <= 1:
-        raise ConfigError(f"--cpu-budget {value!r} must be between 0 and 100% of one core")
-    return share
-
-
 @cli.command()
-@click.option(
-    "--pid", type=int, help="Any process of the vLLM server (API server, engine, worker)."
-)
-@click.option("--discover", is_flag=True, help="Find the vLLM server under --proc-root.")
-@click.option("--duration", type=float, default=10.0, show_default=True, help="Window, seconds.")
-@click.option("--rate", type=float, default=5.0, show_default=True, help="Samples per second.")
-@click.option("--cpu-budget", help="Adapt the rate to this share of one core (e.g. 2%).")
+@_setting_options(SNAPSHOT_DEFAULTS, SHARED_SETTINGS)
+@click.option("--duration", type=click.STRING, metavar="DURATION",
+              default=SnapshotOptions().duration_s,
+              show_default=_shown(SnapshotOptions().duration_s, units.SECONDS),
+              help="Window length: 30 (seconds), 30s, 2m.")  # fmt: skip
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Snapshot folder.")
-@click.option(
-    "--proc-root",
-    type=click.Path(path_type=Path),
-    default=Path("/proc"),
-    show_default=True,
-    help="A host's /proc mounted elsewhere (e.g. /host_proc).",
-)
-@click.option("--rules", type=click.Path(path_type=Path), help="Your own phases.yaml.")
-@click.option("--py-spy", "py_spy", help="Path to the py-spy binary.")
-@click.option("--any-python", is_flag=True, help="Allow a Python process that is not vLLM.")
 @click.option("--json", "as_json", is_flag=True, help="Print summary.json instead of a table.")
-@click.option("--metrics-url", help="vLLM's /metrics (default: from the API server's flags).")
-@click.option("--no-gpu", is_flag=True, help="Skip NVML readings.")
-@click.option(
-    "--host-proc",
-    type=click.Path(path_type=Path),
-    help="The host's /proc, to map NVML's host PIDs from inside a container.",
-)
 def snapshot(**kwargs: object) -> None:
     """Sample a vLLM server for one window and write a snapshot folder under --out."""
     from sidecar.commands import take_snapshot  # keeps `classify` free of the sampler's imports
     from sidecar.report import caveats
 
-    config = _snapshot_config(kwargs)
-    folder, summary = take_snapshot(config, progress=lambda line: click.echo(line, err=True))
-    if config.as_json:
+    config, options = _snapshot_settings(click.get_current_context())
+    folder, summary = take_snapshot(
+        config, options, progress=lambda line: click.echo(line, err=True)
+    )
+    if options.as_json:
         click.echo((folder / "summary.json").read_text().rstrip())
         return
     sampling = summary.sampling
@@ -160,28 +221,21 @@ def snapshot(**kwargs: object) -> None:
     click.echo(phase_table(summary))
 
 
-def _snapshot_config(kw: dict[str, object]) -> SnapshotConfig:
-    if (kw["pid"] is None) == (not kw["discover"]):
-        raise ConfigError("give exactly one of --pid PID or --discover")
-    duration, rate = float(str(kw["duration"])), float(str(kw["rate"]))
-    if duration <= 0 or rate <= 0:
-        raise ConfigError("--duration and --rate must be positive")
-    return SnapshotConfig(
-        pid=kw["pid"] if isinstance(kw["pid"], int) else None,
-        discover=bool(kw["discover"]),
-        duration_s=duration,
-        rate_hz=rate,
-        cpu_budget=parse_share(kw["cpu_budget"] if isinstance(kw["cpu_budget"], str) else None),
-        out=Path(str(kw["out"])),
-        proc_root=Path(str(kw["proc_root"])),
-        rules=Path(str(kw["rules"])) if kw["rules"] else None,
-        py_spy=str(kw["py_spy"]) if kw["py_spy"] else None,
-        any_python=bool(kw["any_python"]),
-        as_json=bool(kw["as_json"]),
-        metrics_url=str(kw["metrics_url"]) if kw["metrics_url"] else None,
-        gpu=not kw["no_gpu"],
-        host_proc_root=Path(str(kw["host_proc"])) if kw["host_proc"] else None,
-    )
+def _snapshot_settings(ctx: click.Context) -> tuple[Config, SnapshotOptions]:
+    """The shared config (from --config, the environment and the setting flags) and the
+    options only `snapshot` takes, in the same units."""
+    typed = _typed(ctx)
+    if "pid" in typed and typed.get("discover"):
+        raise ConfigError("give --pid PID or --discover, not both")
+    config, _, _ = _settings(ctx, SHARED_SETTINGS, SNAPSHOT_DEFAULTS)
+    t = config.target
+    if t.pid is None and t.pid_file is None and not t.discover:
+        raise ConfigError(
+            "name the vLLM server: give --pid PID, --pid-file FILE or --discover "
+            "(or target.pid, target.pid_file or target.discover in --config)"
+        )
+    own = {"out": "out", "duration": "duration_s", "as_json": "as_json"}
+    return config, snapshot_options({own[k]: v for k, v in typed.items() if k in own})
 
 
 @cli.command()
@@ -205,69 +259,25 @@ def report(snapshot_dir: Path, fmt: str) -> None:
 # ---------------------------------------------------------------------------------- run, doctor
 
 
-def _daemon_options(f: Any) -> Any:
-    """Flags shared by `run` and `doctor`; each overrides the config file and environment."""
-    options = [
-        click.option("--config", "config_path", type=click.Path(path_type=Path),
-                     help="YAML config (see configs/sidecar.yaml)."),
-        click.option("--pid", type=int, help="Any process of the vLLM server."),
-        click.option("--pid-file", type=click.Path(path_type=Path),
-                     help="A file holding that PID; re-read when vLLM restarts."),
-        click.option("--discover/--no-discover", default=None,
-                     help="Find vLLM under --proc-root."),
-        click.option("--proc-root", type=click.Path(path_type=Path)),
-        click.option("--out", type=click.Path(path_type=Path), help="Output folder."),
-        click.option("--metrics-url"),
-        click.option("--exporter-listen", help="host:port of the sidecar's /metrics, or off."),
-        click.option("--rate", type=float),
-        click.option("--cpu-budget"),
-        click.option("--window", help="Window length, e.g. 60s."),
-        click.option("--interval", help="A window every ..., e.g. 5m."),
-        click.option("--baseline-every", help="Baseline period, e.g. 1h."),
-    ]  # fmt: skip
-    for option in reversed(options):
-        f = option(f)
-    return f
-
-
-_FLAG_KEYS = {
-    "pid": "target.pid", "pid_file": "target.pid_file", "discover": "target.discover",
-    "proc_root": "target.proc_root", "out": "output.dir", "metrics_url": "metrics.url",
-    "exporter_listen": "exporter_listen", "rate": "sampling.rate_hz",
-    "cpu_budget": "sampling.cpu_budget", "window": "schedule.window_s",
-    "interval": "schedule.interval_s", "baseline_every": "schedule.baseline_every_s",
-}  # fmt: skip
-
-
-def _load_daemon_config(kw: dict[str, Any]) -> tuple[Any, Path | None, dict[str, Any]]:
-    from sidecar.config import load_config
-
-    flags = {_FLAG_KEYS[k]: v for k, v in kw.items() if k in _FLAG_KEYS and v is not None}
-    if flags.get("target.pid") is not None or flags.get("target.pid_file") is not None:
-        flags.setdefault("target.discover", False)
-    path = kw.get("config_path")
-    return load_config(path, flags=flags), path, flags
-
-
 @cli.command()
-@_daemon_options
+@_setting_options(Config(), DAEMON_SETTINGS)
 def run(**kw: Any) -> None:
     """Profile vLLM on a schedule: snapshots, hourly baselines, a Prometheus endpoint."""
     from sidecar.daemon import Daemon
     from sidecar.logs import setup_logging
 
-    config, path, flags = _load_daemon_config(kw)
+    config, path, flags = _settings(click.get_current_context(), DAEMON_SETTINGS, Config())
     setup_logging(config.log_level)
     Daemon(config, config_path=path, flags=flags).run()
 
 
 @cli.command()
-@_daemon_options
+@_setting_options(Config(), DAEMON_SETTINGS)
 def doctor(**kw: Any) -> None:
     """Check py-spy, ptrace, the target, NVML, vLLM's /metrics and the output folder."""
     from sidecar.doctor import Status, run_checks
 
-    config, _, _ = _load_daemon_config(kw)
+    config, _, _ = _settings(click.get_current_context(), DAEMON_SETTINGS, Config())
     checks = run_checks(config)
     for c in checks:
         click.echo(f"[{c.status.value:>4}] {c.name}: {c.detail}")

@@ -19,8 +19,7 @@ from sidecar.sampler import RateController, Sampler, SubprocessPySpy, whole_rate
 from sidecar.writers import write_snapshot
 
 if TYPE_CHECKING:
-    from sidecar.cli import SnapshotConfig
-    from sidecar.config import TargetConfig
+    from sidecar.config import Config, SnapshotOptions, TargetConfig
 
 log = logging.getLogger("vllm_sidecar")
 
@@ -62,23 +61,24 @@ SAMPLING_LINE = "sampling vLLM"
 
 
 def take_snapshot(
-    config: SnapshotConfig, progress: Callable[[str], None] | None = None
+    config: Config, options: SnapshotOptions, progress: Callable[[str], None] | None = None
 ) -> tuple[Path, SnapshotSummary]:
     """One window, written; `progress` hears when py-spy has attached and sampling begins."""
     rules = load_rules(config.rules)  # a broken rules file fails before anything is attached
-    procfs = ProcFs(config.proc_root)
-    target = resolve_target(procfs, config.pid, config.any_python)
-    runner = SubprocessPySpy.find(config.py_spy)
+    procfs = ProcFs(config.target.proc_root)
+    target = configured_target(procfs, config.target)
+    runner = SubprocessPySpy.find(config.sampling.py_spy)
     if progress is not None:
         say = progress
         runner = replace(runner, on_sampling=lambda r, attach_s: say(
             f"{SAMPLING_LINE} {r.pid} for {r.duration_s:g} s at {whole_rate(r.rate_hz)} Hz "
             f"(py-spy attached in {attach_s:.1f} s)"))  # fmt: skip
+    budget = config.sampling.cpu_budget
     sampler = Sampler(
         runner=runner,
         pid=target.root.pid,
-        controller=RateController(rate_hz=config.rate_hz, budget=config.cpu_budget),
-        segment_s=5.0 if config.cpu_budget else config.duration_s,
+        controller=RateController(rate_hz=config.sampling.rate_hz, budget=budget),
+        segment_s=5.0 if budget else options.duration_s,
         alive=lambda: target.still_alive(procfs),
     )
     collector = Collector(
@@ -86,16 +86,16 @@ def take_snapshot(
         sampler=sampler,
         classifier=Classifier(rules),
         procfs=procfs,
-        metrics=metrics_source_for(target, config.metrics_url, timeout_s=2.0),
+        metrics=metrics_source_for(target, config.metrics.url, config.metrics.timeout_s),
         gpu=open_gpu_reader(config.gpu),
-        host_procfs=host_procfs(config.host_proc_root),
+        host_procfs=host_procfs(config.target.host_proc),
     )
     try:
-        snap = collector.collect(config.duration_s)
+        snap = collector.collect(options.duration_s)
     finally:
         if collector.gpu:
             collector.gpu.close()
-    folder = write_snapshot(snap, config.out)
+    folder = write_snapshot(snap, options.out)
     if snap.window.partial:
         log.warning("partial window: %s", snap.window.partial_reason)
     return folder, snap.summary()

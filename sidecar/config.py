@@ -1,64 +1,92 @@
-"""The daemon's configuration: defaults, then the YAML file, then VLLM_SIDECAR_* environment
-variables, then flags; validated once into a frozen `Config` (STYLE.md 5).
+"""The one configuration of `run`, `doctor` and `snapshot`: defaults, then the YAML file, then
+VLLM_SIDECAR_* environment variables, then flags; validated once into a frozen `Config`
+(STYLE.md 5), at start and again on SIGHUP.
 
-Every error names where the bad value came from (file key, variable or flag) and what fits.
+Each setting declares its unit (sidecar/units.py), so `7d` is seven days for a days setting and
+604800 for a seconds one, and `2%` is refused for a size. Every error names the setting, where
+its value came from (file, variable or flag) and what fits.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
-import re
-from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from collections.abc import Iterator, Mapping
+from dataclasses import Field, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from sidecar import units as u
 from sidecar.errors import ConfigError
+from sidecar.rules import load_rules
+from sidecar.units import Unfit, Unit, kind_of
 
 ENV_PREFIX = "VLLM_SIDECAR_"
+# VLLM_SIDECAR_* variables the project documents for something other than a setting: accepted
+# and ignored here, so that an operator's shell that sets them can still start the sidecar.
+NOT_SETTINGS = (
+    "VLLM_SIDECAR_CACHE",  # devtools/vllm_env.py, Makefile, scripts/validate-deploy.sh, README
+)
+_NULLS = ("", "null", "none", "off")
+
+
+def unit(kind: Unit, *, optional: bool = False, positive: bool = False) -> dict[str, Any]:
+    """A setting's field metadata: it takes values in `kind`; `optional`: null (or `none`,
+    `off`, empty) unsets it; `positive`: zero is refused too."""
+    return {"unit": kind, "optional": optional, "positive": positive}
 
 
 @dataclass(frozen=True, slots=True)
 class TargetConfig:
-    pid: int | None = None  # any process of the vLLM server
-    pid_file: Path | None = None  # re-read on every rediscovery: follows redeploys
-    discover: bool = True  # used when neither pid nor pid_file is set
-    proc_root: Path = Path("/proc")
-    host_proc: Path | None = None  # the host's /proc, to map NVML's host PIDs in a container
-    any_python: bool = False
-    start_timeout_s: float = 120.0  # at start, wait this long for vLLM to appear, then exit 4
+    # Any process of the vLLM server.
+    pid: int | None = field(default=None, metadata=unit(u.PID, optional=True))
+    # Re-read on every rediscovery: follows redeploys.
+    pid_file: Path | None = field(default=None, metadata=unit(u.PATH, optional=True))
+    # Used when neither pid nor pid_file is set.
+    discover: bool = field(default=True, metadata=unit(u.BOOL))
+    proc_root: Path = field(default=Path("/proc"), metadata=unit(u.PATH))
+    # The host's /proc, to map NVML's host PIDs in a container.
+    host_proc: Path | None = field(default=None, metadata=unit(u.PATH, optional=True))
+    any_python: bool = field(default=False, metadata=unit(u.BOOL))
+    # At start, wait this long for vLLM to appear, then exit 4.
+    start_timeout_s: float = field(default=120.0, metadata=unit(u.SECONDS))
 
 
 @dataclass(frozen=True, slots=True)
 class SamplingConfig:
-    rate_hz: float = 5.0
-    cpu_budget: float | None = 0.02  # share of one core; None keeps rate_hz fixed
-    py_spy: str | None = None
+    rate_hz: float = field(default=5.0, metadata=unit(u.HERTZ))
+    # A share of one core; None keeps rate_hz fixed.
+    cpu_budget: float | None = field(default=0.02, metadata=unit(u.SHARE, optional=True))
+    py_spy: str | None = field(default=None, metadata=unit(u.COMMAND, optional=True))
 
 
 @dataclass(frozen=True, slots=True)
 class ScheduleConfig:
-    window_s: float = 60.0  # how long each snapshot samples
-    interval_s: float = 300.0  # a window starts every interval_s (>= window_s)
-    baseline_every_s: float = 3600.0  # baselines on wall-clock multiples: on the hour
-    jitter_s: float = 0.0  # random delay per window, against lining up with periodic load
+    # How long each window samples; a window starts every interval_s (>= window_s).
+    window_s: float = field(default=60.0, metadata=unit(u.SECONDS, positive=True))
+    interval_s: float = field(default=300.0, metadata=unit(u.SECONDS, positive=True))
+    # Baselines on wall-clock multiples: on the hour.
+    baseline_every_s: float = field(default=3600.0, metadata=unit(u.SECONDS, positive=True))
+    # A random delay per window, against lining up with periodic load.
+    jitter_s: float = field(default=0.0, metadata=unit(u.SECONDS))
 
 
 @dataclass(frozen=True, slots=True)
 class OutputConfig:
-    dir: Path = Path("/var/lib/vllm-sidecar")
-    retention_days: float = 7.0
-    baseline_retention_days: float = 90.0
-    max_total_mb: float = 2048.0
-    min_free_mb: float = 512.0
+    dir: Path = field(default=Path("/var/lib/vllm-sidecar"), metadata=unit(u.PATH))
+    retention_days: float = field(default=7.0, metadata=unit(u.DAYS))
+    baseline_retention_days: float = field(default=90.0, metadata=unit(u.DAYS))
+    max_total_mb: float = field(default=2048.0, metadata=unit(u.MEGABYTES, positive=True))
+    min_free_mb: float = field(default=512.0, metadata=unit(u.MEGABYTES))
 
 
 @dataclass(frozen=True, slots=True)
 class MetricsConfig:
-    url: str | None = None  # vLLM /metrics; from the API server's --host/--port when unset
-    timeout_s: float = 2.0
+    # vLLM's /metrics; from the API server's --host/--port when unset.
+    url: str | None = field(default=None, metadata=unit(u.URL, optional=True))
+    timeout_s: float = field(default=2.0, metadata=unit(u.SECONDS, positive=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,174 +96,227 @@ class Config:
     schedule: ScheduleConfig = ScheduleConfig()
     output: OutputConfig = OutputConfig()
     metrics: MetricsConfig = MetricsConfig()
-    exporter_listen: str = "127.0.0.1:9464"  # "off" disables the sidecar's own /metrics
-    gpu: bool = True
-    log_level: str = "info"
-    source: str = "defaults"
+    # The sidecar's own /metrics; "off" disables it.
+    exporter_listen: str = field(default="127.0.0.1:9464", metadata=unit(u.LISTEN))
+    gpu: bool = field(default=True, metadata=unit(u.BOOL))
+    log_level: str = field(default="info", metadata=unit(u.LOG_LEVEL))
+    # The phases.yaml to classify with; None: the built-in rules.
+    rules: Path | None = field(default=None, metadata=unit(u.PATH, optional=True))
+    source: str = "defaults"  # not a setting: the file the configuration came from
 
 
-_SECTIONS: dict[str, type] = {
-    "target": TargetConfig, "sampling": SamplingConfig, "schedule": ScheduleConfig,
-    "output": OutputConfig, "metrics": MetricsConfig,
+# `snapshot` is one window an operator asked for: a fixed rate unless given a budget, and a
+# target named (--pid, --pid-file or --discover) rather than found; the daemon's defaults suit
+# weeks of unattended running. A --config file or a variable can still set either.
+SNAPSHOT_DEFAULTS = Config(
+    target=TargetConfig(discover=False), sampling=SamplingConfig(cpu_budget=None)
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotOptions:
+    """What `snapshot` takes besides the shared `Config`, in the same units."""
+
+    out: Path = field(default=Path("."), metadata=unit(u.PATH))  # OUT/<UTC timestamp>/
+    duration_s: float = field(default=10.0, metadata=unit(u.SECONDS, positive=True))
+    as_json: bool = field(default=False, metadata=unit(u.BOOL))
+
+
+# The command-line flag of each setting that has one: cli.py declares its options from this,
+# and an error names the flag the operator typed.
+FLAGS: Mapping[str, str] = {
+    "target.pid": "--pid", "target.pid_file": "--pid-file", "target.discover": "--discover",
+    "target.proc_root": "--proc-root", "target.host_proc": "--host-proc",
+    "target.any_python": "--any-python", "sampling.rate_hz": "--rate",
+    "sampling.cpu_budget": "--cpu-budget", "sampling.py_spy": "--py-spy",
+    "schedule.window_s": "--window", "schedule.interval_s": "--interval",
+    "schedule.baseline_every_s": "--baseline-every", "output.dir": "--out",
+    "metrics.url": "--metrics-url", "exporter_listen": "--exporter-listen", "gpu": "--gpu",
+    "rules": "--rules",
 }  # fmt: skip
-_TOP = {"exporter_listen": str, "gpu": bool, "log_level": str}
-_LOG_LEVELS = ("debug", "info", "warning", "error")
+SNAPSHOT_FLAGS: Mapping[str, str] = {
+    "out": "--out", "duration_s": "--duration", "as_json": "--json"
+}  # fmt: skip
+
+_SECTIONS: dict[str, Any] = {f.name: f.default for f in fields(Config) if is_dataclass(f.default)}
+
+
+def _settings(record: Any) -> dict[str, Field[Any]]:
+    return {f.name: f for f in fields(record) if "unit" in f.metadata}
+
+
+def _all_keys() -> list[str]:
+    nested = [f"{s}.{k}" for s, d in _SECTIONS.items() for k in _settings(d)]
+    return nested + list(_settings(Config))
+
+
+# VLLM_SIDECAR_OUTPUT_MAX_TOTAL_MB -> output.max_total_mb, for every setting.
+ENV_VARIABLES = {ENV_PREFIX + key.replace(".", "_").upper(): key for key in _all_keys()}
+
+Entry = tuple[str, Any, str]  # (setting as `section.key` or `key`, raw value, where it came from)
 
 
 def load_config(
     path: Path | None = None,
     environ: Mapping[str, str] | None = None,
     flags: Mapping[str, Any] | None = None,
+    defaults: Config = Config(),  # frozen: one shared instance is safe
 ) -> Config:
-    """defaults -> YAML -> environment -> flags. `flags` keys are `section.key` or top keys."""
-    layers: list[tuple[str, dict[str, Any]]] = []
-    if path is not None:
-        layers.append((str(path), _yaml_layer(path)))
-    layers.append(("environment", _env_layer(os.environ if environ is None else environ)))
-    layers.append(("flags", _dotted({k: v for k, v in (flags or {}).items() if v is not None})))
-    config = Config()
-    for where, layer in layers:
-        config = _apply(config, layer, where)
+    """defaults -> YAML -> environment -> flags. `flags` keys are `section.key` or top keys.
+
+    Raises ConfigError, and nothing else, for any bad input; the rules file a config names is
+    loaded once here, so a broken one fails the start (or the reload) rather than a window.
+    """
+    entries = [
+        *(_file_entries(Path(path)) if path is not None else ()),
+        *_env_entries(os.environ if environ is None else environ),
+        # A flag left out arrives as None: it leaves the layers below alone.
+        *((k, v, f"flag {FLAGS.get(k, k)}") for k, v in (flags or {}).items() if v is not None),
+    ]
+    config, origins = _apply(defaults, entries)
     config = replace(config, source=str(path) if path else "defaults")
     validate(config)
+    _check_rules(config, origins.get("rules", "defaults"))
     return config
 
 
-def _yaml_layer(path: Path) -> dict[str, Any]:
+def snapshot_options(values: Mapping[str, Any]) -> SnapshotOptions:
+    """`snapshot`'s own flags (`out`, `duration_s`, `as_json`), parsed in the same units."""
+    known = _settings(SnapshotOptions)
+    changes = {}
+    for name, value in values.items():
+        flag = SNAPSHOT_FLAGS.get(name, name)
+        if name not in known:
+            raise ConfigError(f"{flag}: not an option of snapshot")
+        changes[name] = _parse(known[name], value, flag.lstrip("-"), f"flag {flag}")
+    return replace(SnapshotOptions(), **changes)
+
+
+# ------------------------------------------------------------------------------------- layers
+
+
+def _file_entries(path: Path) -> Iterator[Entry]:
+    data = _read_yaml(path)
+    where = f"file {path}"
+    for key, value in data.items():
+        if key in _SECTIONS and value is None:
+            continue  # a section with every setting commented out
+        if key in _SECTIONS and not isinstance(value, Mapping):
+            raise ConfigError(f"{key}: is {kind_of(value)} in {path}; give a mapping of "
+                              f"its settings ({key}: {{...}})")  # fmt: skip
+        if key in _SECTIONS:
+            yield from ((f"{key}.{sub}", v, where) for sub, v in value.items())
+        else:
+            yield str(key), value, where
+
+
+def _read_yaml(path: Path) -> Mapping[Any, Any]:
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 text ({exc.reason}): give a YAML file") from None
+    except (yaml.YAMLError, RecursionError) as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
         raise ConfigError(f"{path}: expected a mapping of sections (target:, sampling:, ...)")
     return data
 
 
-def _env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
-    """VLLM_SIDECAR_OUTPUT_DIR=/x -> {"output": {"dir": "/x"}}; VLLM_SIDECAR_GPU=false too."""
-    layer: dict[str, Any] = {}
+def _env_entries(environ: Mapping[str, str]) -> Iterator[Entry]:
+    """VLLM_SIDECAR_OUTPUT_DIR=/x -> ("output.dir", "/x"); VLLM_SIDECAR_GPU=false too."""
     for name, value in environ.items():
-        if not name.startswith(ENV_PREFIX):
+        if not name.startswith(ENV_PREFIX) or name in NOT_SETTINGS:
             continue
-        key = name[len(ENV_PREFIX) :].lower()
-        section = next((s for s in _SECTIONS if key.startswith(s + "_")), None)
-        if section:
-            layer.setdefault(section, {})[key[len(section) + 1 :]] = value
-        elif key in _TOP:
-            layer[key] = value
-        else:
+        if name not in ENV_VARIABLES:
+            guess = difflib.get_close_matches(name, ENV_VARIABLES, n=1)
             raise ConfigError(
-                f"unknown environment variable {name}: use {ENV_PREFIX}<SECTION>_<KEY>, "
-                f"sections {sorted(_SECTIONS)} or {sorted(k.upper() for k in _TOP)}"
+                f"unknown environment variable {name}"
+                + (f": did you mean {guess[0]}?" if guess else "")
+                + f" Settings are {ENV_PREFIX}<SECTION>_<KEY>: {', '.join(ENV_VARIABLES)}"
             )
-    return layer
+        yield ENV_VARIABLES[name], value, f"variable {name}"
 
 
-def _dotted(flags: Mapping[str, Any]) -> dict[str, Any]:
-    layer: dict[str, Any] = {}
-    for key, value in flags.items():
-        section, _, name = key.partition(".")
-        if name:
-            layer.setdefault(section, {})[name] = value
-        else:
-            layer[key] = value
-    return layer
+def _apply(base: Config, entries: list[Entry]) -> tuple[Config, dict[str, str]]:
+    """Each entry parsed in its setting's unit, later ones over earlier ones."""
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for key, raw, where in entries:
+        values[key] = _parse(_field_for(key, where), raw, key, where)
+        origins[key] = where
+    top = {k: v for k, v in values.items() if "." not in k}
+    for section in _SECTIONS:
+        mine = {k.partition(".")[2]: v for k, v in values.items() if k.startswith(section + ".")}
+        top[section] = replace(getattr(base, section), **mine)
+    return replace(base, **top), origins
 
 
-def _apply(config: Config, layer: Mapping[str, Any], where: str) -> Config:
-    changes: dict[str, Any] = {}
-    for key, value in layer.items():
-        if key in _SECTIONS:
-            if not isinstance(value, Mapping):
-                raise ConfigError(f"{where}: `{key}` must be a mapping of settings")
-            changes[key] = _apply_section(getattr(config, key), value, f"{where}: {key}")
-        elif key in _TOP:
-            changes[key] = _coerce(value, _TOP[key], f"{where}: {key}")
-        else:
-            raise ConfigError(
-                f"{where}: unknown setting `{key}`; known: {sorted([*_SECTIONS, *_TOP])}"
-            )
-    return replace(config, **changes)
+def _field_for(key: str, where: str) -> Field[Any]:
+    section, dot, name = key.partition(".")
+    if dot and section in _SECTIONS:
+        known = _settings(_SECTIONS[section])
+        if name not in known:
+            raise ConfigError(f"{key}: unknown setting ({where}); known: {sorted(known)}")
+        return known[name]
+    top = _settings(Config)
+    if dot or key not in top:
+        raise ConfigError(f"unknown setting `{key}` ({where}); known: {sorted([*_SECTIONS, *top])}")
+    return top[key]
 
 
-def _apply_section(section: Any, values: Mapping[str, Any], where: str) -> Any:
-    types = {f.name: f.type for f in fields(section)}
-    changes = {}
-    for key, value in values.items():
-        if key not in types:
-            raise ConfigError(f"{where}.{key}: unknown setting; known: {sorted(types)}")
-        changes[key] = _coerce(value, types[key], f"{where}.{key}")
-    return replace(section, **changes)
+def unit_of(key: str) -> Unit:
+    """The unit of a setting (`section.key` or a top key), e.g. for a flag's help."""
+    unit_: Unit = _field_for(key, "a lookup").metadata["unit"]
+    return unit_
 
 
-_NULLS = ("", "null", "none", "off")
-
-
-def _coerce(value: Any, kind: Any, where: str) -> Any:
-    text = str(kind)
-    optional = "None" in text
-    if value is None or (optional and isinstance(value, str) and value.lower() in _NULLS):
-        if optional:
+def _parse(f: Field[Any], raw: Any, key: str, where: str) -> Any:
+    unit: Unit = f.metadata["unit"]
+    if raw is None or (f.metadata["optional"] and isinstance(raw, str) and raw.strip().lower()
+                       in _NULLS):  # fmt: skip
+        if f.metadata["optional"]:
             return None
-        raise ConfigError(f"{where}: a value is required")
+        raise ConfigError(f"{key}: a value is required; {unit.hint} ({where})")
     try:
-        if "bool" in text:
-            return _bool(value)
-        if "int" in text and "float" not in text:
-            return int(value)
-        if "float" in text:
-            return _number(value)
-        if "Path" in text:
-            return Path(str(value))
-        return str(value)
-    except (ValueError, TypeError):
-        raise ConfigError(f"{where}: {value!r} is not a valid {text}") from None
+        value = unit.parse(raw)
+        if f.metadata["positive"] and value == 0:
+            raise Unfit("is zero")
+    except Unfit as exc:
+        shown = repr(raw) if len(repr(raw)) <= 60 else repr(raw)[:57] + "..."
+        raise ConfigError(f"{key}: {shown} {exc}; {unit.hint} ({where})") from None
+    return value
 
 
-def _bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(value)
-
-
-def _number(value: Any) -> float:
-    """`2%` -> 0.02, `90s`/`5m`/`1h`/`7d` -> seconds, else a plain number."""
-    if isinstance(value, int | float):
-        return float(value)
-    text = str(value).strip().lower()
-    if text.endswith("%"):
-        return float(text[:-1]) / 100
-    unit = re.fullmatch(r"([\d.]+)\s*(s|m|h|d)", text)
-    if unit:
-        return float(unit[1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit[2]]
-    return float(text)
+# -------------------------------------------------------------------------------- cross-checks
 
 
 def validate(c: Config) -> None:
+    """What no one setting can say alone: how settings fit together."""
     s = c.schedule
-    if s.window_s <= 0 or s.interval_s <= 0:
-        raise ConfigError("schedule.window_s and schedule.interval_s must be positive")
     if s.interval_s < s.window_s:
         raise ConfigError(
             f"schedule.interval_s ({s.interval_s:g}) is shorter than window_s "
             f"({s.window_s:g}): windows would overlap; raise interval_s or lower window_s"
         )
     if s.baseline_every_s < s.interval_s:
-        raise ConfigError("schedule.baseline_every_s must be at least schedule.interval_s")
-    if c.sampling.rate_hz <= 0 or c.sampling.rate_hz > 1000:
-        raise ConfigError("sampling.rate_hz must be in (0, 1000]")
-    if c.sampling.cpu_budget is not None and not 0 < c.sampling.cpu_budget <= 1:
-        raise ConfigError("sampling.cpu_budget is a share of one core: between 0 and 1 (100%)")
+        raise ConfigError(
+            f"schedule.baseline_every_s ({s.baseline_every_s:g}) must be at least "
+            f"schedule.interval_s ({s.interval_s:g})"
+        )
     if c.target.pid is not None and c.target.pid_file is not None:
         raise ConfigError("give target.pid or target.pid_file, not both")
-    if c.output.min_free_mb < 0 or c.output.max_total_mb <= 0:
-        raise ConfigError("output.min_free_mb must be >= 0 and output.max_total_mb > 0")
-    if c.log_level.lower() not in _LOG_LEVELS:
-        raise ConfigError(f"log_level must be one of {_LOG_LEVELS}")
+
+
+def _check_rules(config: Config, where: str) -> None:
+    if config.rules is None:
+        return  # the built-in rules: tested with the package, not re-read on every start
+    try:
+        load_rules(config.rules)
+    except ConfigError as exc:
+        raise ConfigError(f"rules: {exc} ({where})") from None
+    except ValueError as exc:  # UnicodeDecodeError: load_rules reads UTF-8 text
+        raise ConfigError(f"rules: {config.rules} is not a rules file ({exc}) ({where})") from None

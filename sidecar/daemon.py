@@ -78,7 +78,7 @@ class Daemon:
     def _build(self, config: Config, previous: Config | None = None) -> None:
         """Everything the config decides; at start, and on SIGHUP what changed (a kept store
         keeps its counters, a kept schedule its deadlines, a kept controller its rate)."""
-        self.rules = load_rules()
+        self.rules = load_rules(config.rules)
         self.classifier = Classifier(self.rules)
         self.procfs = ProcFs(config.target.proc_root)
         self.runner = SubprocessPySpy.find(config.sampling.py_spy)

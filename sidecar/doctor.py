@@ -40,7 +40,9 @@ class Check:
 
 
 def run_checks(config: Config) -> list[Check]:
-    checks: list[Check] = []
+    # The config itself was checked when it was loaded (rules file included); say which it is.
+    rules = str(config.rules) if config.rules else "built-in"
+    checks = [Check("config", Status.OK, f"{config.source}; rules: {rules}")]
     spy = _guard(checks, "py-spy", lambda: _py_spy(config))
     target = _guard(checks, "target", lambda: _target(config))
     checks.append(_ptrace(spy, target))

@@ -15,8 +15,7 @@ from typing import Any
 from sidecar.records import Phase
 from sidecar.records.readings import KvCache, ServingFigures
 from sidecar.records.summary import SnapshotSummary
-from sidecar.render import ROLE_COLUMNS, phase_table, table
-from sidecar.units import format_bytes, format_bytes_pair
+from sidecar.render import ROLE_COLUMNS, format_bytes, format_bytes_pair, phase_table, table
 
 STEP = ("forward", "attention", "prefill", "decode", "sampling")
 

@@ -6,7 +6,7 @@ server     start_exporter / parse_listen: the HTTP endpoint on a private registr
 """
 
 from sidecar.exporter.collector import HELP, PREFIX, SidecarCollector
-from sidecar.exporter.server import ExporterHandle, ListenAddress, parse_listen, start_exporter
+from sidecar.exporter.server import ExporterHandle, start_exporter
 from sidecar.exporter.state import ExporterState, ExporterView
 
 __all__ = [
@@ -15,8 +15,6 @@ __all__ = [
     "ExporterHandle",
     "ExporterState",
     "ExporterView",
-    "ListenAddress",
     "SidecarCollector",
-    "parse_listen",
     "start_exporter",
 ]

@@ -19,42 +19,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from sidecar.errors import ConfigError
 from sidecar.exporter.collector import SidecarCollector
 from sidecar.exporter.state import ExporterState
-
-DEFAULT_HOST = "127.0.0.1"
-OFF = ("", "off", "none", "false", "no")
-
-
-@dataclass(frozen=True, slots=True)
-class ListenAddress:
-    host: str
-    port: int
-
-
-def parse_listen(listen: str | None) -> ListenAddress | None:
-    """`host:port`, `[v6]:port`, `:port` or `port` (both 127.0.0.1); `off` or empty: None."""
-    text = (listen or "").strip()
-    if text.lower() in OFF:
-        return None
-    host, port = _split(text)
-    if not port.isdigit() or int(port) > 65535:
-        raise ConfigError(
-            f"exporter listen address {listen!r} has no valid port: write host:port "
-            "(127.0.0.1:9464, [::1]:9464, :9464) or `off`"
-        )
-    return ListenAddress(host or DEFAULT_HOST, int(port))
-
-
-def _split(text: str) -> tuple[str, str]:
-    if text.startswith("["):
-        host, sep, port = text[1:].partition("]:")
-        if not sep or not host:
-            raise ConfigError(f"exporter listen address {text!r}: write [::1]:9464")
-        return host, port
-    if text.count(":") > 1:
-        raise ConfigError(f"exporter listen address {text!r}: put IPv6 addresses in brackets, "
-                          "as in [::1]:9464")  # fmt: skip
-    host, _, port = text.rpartition(":")
-    return host, port
+from sidecar.listen import ListenAddress, parse_listen
 
 
 @dataclass(slots=True)

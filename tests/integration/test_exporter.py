@@ -25,14 +25,9 @@ from prometheus_client.samples import Sample
 from sidecar import __version__
 from sidecar.classifier import Classifier
 from sidecar.errors import ConfigError
-from sidecar.exporter import (
-    ExporterHandle,
-    ExporterState,
-    ListenAddress,
-    parse_listen,
-    start_exporter,
-)
+from sidecar.exporter import ExporterHandle, ExporterState, start_exporter
 from sidecar.gpu import NvmlReader, RecordedNvml
+from sidecar.listen import ListenAddress, parse_listen
 from sidecar.parsers import parse_file
 from sidecar.records import Phase, ProcessInfo, Role
 from sidecar.records.readings import HostMemory
