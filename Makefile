@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv vllm-env lint unit integration test demo bench soak validate-deploy clean
+.PHONY: venv vllm-env lint unit integration test demo bench soak validate-deploy schema clean
 
 venv: $(STAMP)
 
@@ -42,6 +42,9 @@ bench: vllm-env
 
 soak: vllm-env
 	$(BIN)/python benchmarks/soak.py
+
+schema: venv
+	$(BIN)/python -m devtools.schema
 
 validate-deploy:
 	scripts/validate-deploy.sh
