@@ -44,6 +44,8 @@ from typing import Any
 
 from devtools.loadgen import WORKLOADS, LoadResult, run_load
 from devtools.server import VllmServer, descendants
+from sidecar.records.summary import SnapshotSummary
+from sidecar.summary_io import read_summary
 
 SHARE_P = 0.10  # the phase share whose standard error shows what a rate buys
 WARMUP_S = 5.0
@@ -204,33 +206,32 @@ def reap(proc: subprocess.Popen[bytes], timeout_s: float) -> tuple[int, resource
     raise BenchError(f"the sidecar was still running {timeout_s:.0f} s after its window")
 
 
-def read_summary(out: Path) -> dict[str, Any]:
+def latest_summary(out: Path) -> SnapshotSummary:
     found = sorted(out.glob("*/summary.json"))
     if not found:
         raise BenchError(f"no summary.json under {out}")
-    summary: dict[str, Any] = json.loads(found[-1].read_text())
-    return summary
+    return read_summary(found[-1])
 
 
 def sidecar_cost(
-    summary: dict[str, Any],
+    summary: SnapshotSummary,
     usage: resource.struct_rusage,
     wall_s: float,
     attach_s: float | None,
 ) -> SidecarCost:
-    s = summary["sampling"]
+    s = summary.sampling
     return SidecarCost(
         cpu_s=usage.ru_utime + usage.ru_stime,
         wall_s=wall_s,
         max_rss_mib=usage.ru_maxrss / 1024,  # KiB on Linux
-        samples=int(s["samples"]),
-        errors=int(s["errors"]),
-        rate_hz=float(s["rate_hz"]),
-        duration_s=float(s["duration_s"]),
-        behind_s=float(s.get("behind_s", 0.0)),
-        pyspy_cpu_share=s.get("sampler_cpu_share"),
-        role_samples=dict(summary.get("role_samples", {})),
-        warnings=tuple(s.get("warnings", ())) + ((s["partial_reason"],) if s["partial"] else ()),
+        samples=s.samples,
+        errors=s.errors,
+        rate_hz=s.rate_hz,
+        duration_s=s.duration_s,
+        behind_s=s.behind_s,
+        pyspy_cpu_share=s.sampler_cpu_share,
+        role_samples=dict(summary.role_samples),
+        warnings=s.warnings + ((s.partial_reason or "partial",) if s.partial else ()),
         attach_s=attach_s,
     )
 
@@ -270,7 +271,7 @@ def run_with(server: VllmServer, opts: Options, rate: float, seed: int, tmp: Pat
     if code != 0:
         tail = log.read_text(errors="replace")[-1500:]
         raise BenchError(f"vllm-sidecar exited {code}:\n{tail}")
-    return Run(load, sidecar_cost(read_summary(out), usage, wall, watch.attach_s))
+    return Run(load, sidecar_cost(latest_summary(out), usage, wall, watch.attach_s))
 
 
 class AttachWatch(threading.Thread):
