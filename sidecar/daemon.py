@@ -21,16 +21,16 @@ from typing import Any
 
 from sidecar.classifier import Classifier
 from sidecar.collect import Collector, host_procfs, metrics_source_for, open_gpu_reader
-from sidecar.commands import configured_target
 from sidecar.config import Config, load_config
-from sidecar.discovery import Deployment
+from sidecar.discovery import Deployment, configured_target
 from sidecar.errors import AttachError, SidecarError
 from sidecar.exporter import ExporterState, start_exporter
 from sidecar.gpu import NvmlReader
 from sidecar.notify import SystemdNotifier, watchdog_interval
 from sidecar.procfs import ProcFs
+from sidecar.pyspy import SubprocessPySpy
 from sidecar.rules import load_rules
-from sidecar.sampler import RateController, Sampler, SubprocessPySpy
+from sidecar.sampler import RateController, Sampler
 from sidecar.schedule import PlannedWindow, Schedule
 from sidecar.store import Retention, SnapshotStore
 
