@@ -79,6 +79,7 @@ HELP: Mapping[str, tuple[str, str]] = {
     "snapshots_written": ("counter", "Snapshots written to disk."),
     "snapshots_skipped": ("counter", "Snapshots not written (disk low)."),
     "snapshots_deleted": ("counter", "Snapshots deleted by retention."),
+    "window_failures": ("counter", "Failures the daemon carried on through, by kind."),
 }  # fmt: skip
 # Gauges from a snapshot describe its window; the HELP texts leave "latest snapshot" implied.
 
@@ -146,6 +147,7 @@ class ExporterView:
     target: TargetState | None = None
     disk: DiskState | None = None
     schedule: ScheduleState | None = None
+    failures: Mapping[str, int] = field(default_factory=dict)  # kind -> count
 
 
 class ExporterState:
@@ -205,6 +207,10 @@ class ExporterState:
         schedule = ScheduleState(next_deadline_wall, lateness_s, windows_missed)
         with self._lock:
             self._view = replace(self._view, schedule=schedule)
+
+    def update_failures(self, counts: Mapping[str, int]) -> None:
+        with self._lock:
+            self._view = replace(self._view, failures=dict(counts))
 
     def last_snapshot(self, kind: str) -> SnapshotMark | None:
         return self._view.marks.get(kind)
@@ -269,6 +275,8 @@ class SidecarCollector:
             _add_summary(out, view.summary, target)
         _add_marks(out, view.marks, host, now)
         _add_daemon(out, view, host)
+        for kind, count in sorted(view.failures.items()):
+            out.add("window_failures", {**host, "kind": kind}, count)
         yield from out
 
 
