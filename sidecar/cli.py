@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import traceback
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -301,6 +302,11 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except SidecarError as exc:
         click.echo(f"vllm-sidecar: error: {exc}", err=True)
+        return exit_code(exc)
+    except Exception as exc:  # a bug: the traceback is what a report needs
+        traceback.print_exc(file=sys.stderr)
+        click.echo(f"vllm-sidecar: internal error ({type(exc).__name__}): please report it "
+                   "with the traceback above", err=True)  # fmt: skip
         return exit_code(exc)
     return 0
 

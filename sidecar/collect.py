@@ -24,7 +24,9 @@ from sidecar.sampler import Sampler
 from sidecar.snapshot import Readings, Snapshot, build_snapshot
 from sidecar.vllm_metrics import (
     HttpMetricsSource,
+    MetricsScrape,
     MetricsSource,
+    ServingFigures,
     metrics_url_from_cmdline,
     serving_figures,
     take_scrape,
@@ -43,18 +45,22 @@ class Collector:
     gpu: NvmlReader | None = None
     host_procfs: ProcFs | None = None
     psutil_reader: PsutilReader = field(default_factory=PsutilReader)
+    metrics_unread: str | None = None  # why there is no `metrics` source, when there is none
+    scrape: Callable[[MetricsSource], MetricsScrape] = take_scrape  # the daemon counts failures
 
     def collect(self, duration_s: float, stop: Callable[[], bool] = lambda: False) -> Snapshot:
         processes = self.target.processes
         self.psutil_reader.start(processes)
-        first = take_scrape(self.metrics) if self.metrics else None
+        first = self.scrape(self.metrics) if self.metrics else None
         pidmap = self._pidmap()  # once a window: the target's PIDs do not change within it
         gpu_start = self.gpu.read(pidmap) if self.gpu else None
         window = self.sampler.window(duration_s, stop)
         gpu_end = self.gpu.read(pidmap) if self.gpu else None
         serving = (
-            serving_figures(first, take_scrape(self.metrics)) if first and self.metrics else None
+            serving_figures(first, self.scrape(self.metrics)) if first and self.metrics else None
         )
+        if serving is None and self.metrics_unread is not None:
+            serving = ServingFigures(reason=f"metrics not read: {self.metrics_unread}")
         host = self.psutil_reader.host_memory()
         readings = Readings(
             process_stats=self.psutil_reader.finish(processes, window.duration_s),

@@ -10,49 +10,18 @@ from typing import TYPE_CHECKING
 
 from sidecar.classifier import Classifier
 from sidecar.collect import Collector, host_procfs, metrics_source_for, open_gpu_reader
-from sidecar.discovery import Deployment, discover, find_deployment, no_server_error
-from sidecar.errors import AttachError, ConfigError
+from sidecar.discovery import configured_target
 from sidecar.procfs import ProcFs
+from sidecar.pyspy import SubprocessPySpy, whole_rate
 from sidecar.records.summary import SnapshotSummary
 from sidecar.rules import load_rules
-from sidecar.sampler import RateController, Sampler, SubprocessPySpy, whole_rate
+from sidecar.sampler import RateController, Sampler
 from sidecar.writers import write_snapshot
 
 if TYPE_CHECKING:
-    from sidecar.config import Config, SnapshotOptions, TargetConfig
+    from sidecar.config import Config, SnapshotOptions
 
 log = logging.getLogger("vllm_sidecar")
-
-
-def resolve_target(procfs: ProcFs, pid: int | None, any_python: bool = False) -> Deployment:
-    if pid is not None:
-        return find_deployment(procfs, pid, allow_non_vllm=any_python)
-    found = discover(procfs)
-    if not found:
-        raise no_server_error(procfs)
-    if len(found) > 1:
-        listing = "; ".join(f"pid {d.root.pid} ({d.root.title[:60]})" for d in found)
-        raise ConfigError(f"found {len(found)} vLLM servers: {listing}. Pick one with --pid.")
-    return found[0]
-
-
-def configured_target(procfs: ProcFs, t: TargetConfig) -> Deployment:
-    """The deployment a daemon config names: its pid, the pid in its pid file, or discovery."""
-    pid = t.pid
-    if t.pid_file is not None:
-        pid = read_pid_file(t.pid_file)
-    elif pid is None and not t.discover:
-        raise ConfigError("no target: set target.pid, target.pid_file or target.discover")
-    return resolve_target(procfs, pid, t.any_python)
-
-
-def read_pid_file(path: Path) -> int:
-    try:
-        return int(path.read_text().split()[0])
-    except FileNotFoundError:
-        raise AttachError(f"pid file {path} does not exist (yet): is vLLM running?") from None
-    except (OSError, ValueError, IndexError) as exc:
-        raise AttachError(f"pid file {path} holds no PID: {exc}") from None
 
 
 # The first words of the line `snapshot` prints on stderr when sampling begins (the demo waits

@@ -1,8 +1,15 @@
 """`vllm-sidecar run`: windows on a schedule for weeks, through restarts of vLLM.
 
-A failed tick is data, a failed start is fatal (STYLE.md 7): a target that vanishes is a gap
-in the record and a rediscovery with backoff; a full disk is a skipped write; a bad config,
-a missing py-spy or no target at start exit non-zero so systemd's restart policy applies.
+A failed tick is data, a failed start is fatal (STYLE.md 7), decided once: a bad config, a
+missing py-spy, an output folder that cannot be written, no target within the wait at start or
+a refused first attach exit non-zero (exit codes in errors.py), so systemd's restart policy
+applies. After that nothing one window meets ends the daemon: a vanished target is a gap and a
+rediscovery with backoff, a failed reader or write a counted failure (failures.py). Only an
+exception no module expected (a bug) ends it: `cli.main` prints its traceback and exits 70.
+
+Everything the daemon touches is injected (parts.py builds the real ones from the config; the
+target finder, liveness and the collector default to the real ones), so unit tests drive it
+with a fake clock in milliseconds.
 """
 
 from __future__ import annotations
@@ -10,32 +17,47 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from sidecar.classifier import Classifier
-from sidecar.collect import Collector, host_procfs, metrics_source_for, open_gpu_reader
-from sidecar.commands import configured_target
 from sidecar.config import Config, load_config
-from sidecar.discovery import Deployment
-from sidecar.errors import AttachError, SidecarError
+from sidecar.discovery import AmbiguousTarget, Deployment, configured_target
+from sidecar.errors import AttachError, SamplerError, SidecarError
 from sidecar.exporter import ExporterState, start_exporter
-from sidecar.gpu import NvmlReader
+from sidecar.failures import (
+    WINDOW_KINDS,
+    Failure,
+    FailureTally,
+    WindowFailure,
+    classify,
+    reading_failures,
+)
 from sidecar.notify import SystemdNotifier, watchdog_interval
-from sidecar.procfs import ProcFs
-from sidecar.rules import load_rules
-from sidecar.sampler import RateController, Sampler, SubprocessPySpy
-from sidecar.schedule import PlannedWindow, Schedule
-from sidecar.store import Retention, SnapshotStore
+from sidecar.parts import Builders, WindowCollector, WindowResult, build_parts, real_collector
+from sidecar.schedule import PlannedWindow
 
 log = logging.getLogger("vllm_sidecar")
 BACKOFF_MAX_S = 30.0
+TICK_S = 1.0  # how often a wait wakes: reloads, the watchdog's heartbeat, the target's liveness
+
+
+class Wake(Enum):
+    DUE = "due"  # the deadline came
+    STOP = "stop"  # asked to stop
+    LOST = "lost"  # the target went away meanwhile
+    REPLAN = "replan"  # a reload replaced the schedule
+
+
+@dataclass(frozen=True, slots=True)
+class _Outage:
+    since_wall: float
+    reason: str
 
 
 @dataclass
@@ -44,7 +66,7 @@ class _Signals:
 
     stop: threading.Event = field(default_factory=threading.Event)
     reload: threading.Event = field(default_factory=threading.Event)
-    heartbeat: float = field(default_factory=time.monotonic)
+    heartbeat: float = 0.0
 
 
 class Daemon:
@@ -56,56 +78,261 @@ class Daemon:
         environ: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        *,
+        wait: Callable[[float], bool] | None = None,
+        builders: Builders | None = None,
+        find_target: Callable[[], Deployment] | None = None,
+        alive: Callable[[Deployment], bool] | None = None,
+        make_collector: Callable[[Deployment, bool], WindowCollector] | None = None,
     ) -> None:
-        self.config = config
+        """`wait(timeout)` waits for the stop signal (True when it came); `find_target`,
+        `alive` and `make_collector(target, first)` default to the real ones over the parts."""
         self._config_path, self._flags = config_path, dict(flags or {})
         self._environ = dict(os.environ if environ is None else environ)
         self.clock, self.wall = clock, wall_clock
-        self.signals = _Signals()
+        self.signals = _Signals(heartbeat=clock())
+        self._wait = wait or self.signals.stop.wait
+        self._builders = builders or Builders()
         self.notifier = SystemdNotifier(self._environ)
         self.state = ExporterState()
+        self.failures = FailureTally(self.state.update_failures)
+        self.parts = build_parts(config, self._builders, clock, wall_clock)
+        self._find = find_target or self._configured_target
+        self._alive = alive or self._still_alive
+        self._make_collector = make_collector or self._collector
         self.target: Deployment | None = None
         self.restarts = 0
-        self._down_since: float | None = None
-        self._gap_reason = ""
+        self._outage: _Outage | None = None
         self._lost: Deployment | None = None  # the deployment last lost, until another is found
         self._had_window = False
-        self.gpu: NvmlReader | None = None
-        self._build(config)
 
-    # ------------------------------------------------------------------ wiring
+    @property
+    def config(self) -> Config:
+        return self.parts.config
 
-    def _build(self, config: Config, previous: Config | None = None) -> None:
-        """Everything the config decides; at start, and on SIGHUP what changed (a kept store
-        keeps its counters, a kept schedule its deadlines, a kept controller its rate)."""
-        self.rules = load_rules(config.rules)
-        self.classifier = Classifier(self.rules)
-        self.procfs = ProcFs(config.target.proc_root)
-        self.runner = SubprocessPySpy.find(config.sampling.py_spy)
-        if previous is None or previous.sampling != config.sampling:
-            self.controller = RateController(config.sampling.rate_hz, config.sampling.cpu_budget)
-        if previous is None or previous.schedule != config.schedule:
-            self.schedule = Schedule(config.schedule, self.clock, self.wall)
-        if previous is None or previous.output != config.output:
-            self.store = self._store(config)
-        if previous is None or previous.gpu != config.gpu:
-            if previous is not None and self.gpu is not None:
-                self.gpu.close()
-            self.gpu = open_gpu_reader(config.gpu)
+    # ------------------------------------------------------------------ life
 
-    def _store(self, config: Config) -> SnapshotStore:
-        host = socket.gethostname()
-        o = config.output
-        return SnapshotStore(
-            o.dir,
-            host,
-            Retention(
-                max_age_s=o.retention_days * 86400,
-                baseline_max_age_s=o.baseline_retention_days * 86400,
-                max_total_bytes=int(o.max_total_mb * 2**20),
-                min_free_bytes=int(o.min_free_mb * 2**20),
-            ),
-        )
+    def run(self) -> int:
+        """The daemon as a process: signals, the exporter, the watchdog, then `serve`."""
+        self._install_signals()
+        exporter = start_exporter(self.config.exporter_listen, self.state)
+        self._start_watchdog()
+        try:
+            return self.serve()
+        finally:
+            self.signals.stop.set()  # ends the watchdog thread
+            if exporter is not None:
+                exporter.close()
+
+    def serve(self) -> int:
+        """Wait for the target, then windows until stopped. Raises only for the start."""
+        self.parts.store.cleanup_temp()
+        try:
+            self.target = self._wait_for_target_at_start()
+            if self.target is None:
+                return 0  # stopped while waiting
+            self.parts.schedule.begin()
+            self.notifier.ready(f"profiling vLLM pid {self.target.root.pid}")
+            while not self.signals.stop.is_set():
+                self._step()
+            if self._outage is not None:  # a gap ends where the record ends
+                self.parts.store.record_gap(self._outage.since_wall, self.wall(),
+                                            self._outage.reason)  # fmt: skip
+        finally:
+            self.notifier.stopping()
+            if self.parts.gpu is not None:
+                self.parts.gpu.close()
+        return 0
+
+    def _step(self) -> None:
+        if self.target is None and not self._reacquire():
+            return
+        assert self.target is not None
+        schedule = self.parts.schedule
+        planned = schedule.plan()
+        self.state.update_schedule(planned.start_wall, schedule.lateness_s, schedule.missed)
+        wake = self._sleep_until(planned.start, watch=self.target)
+        if wake is Wake.LOST:
+            self._target_lost("the target is gone")
+        elif wake is Wake.DUE:
+            self._window(planned)
+
+    # ------------------------------------------------------------------ one window
+
+    def _window(self, planned: PlannedWindow) -> None:
+        target, parts = self.target, self.parts
+        assert target is not None
+        parts.schedule.started(planned)
+        result = self._collect(target)
+        parts.schedule.done(planned)
+        if result is not None:
+            self._keep(result, planned)
+        if not self._alive(target):
+            partial = result.snapshot.window.partial_reason if result else None
+            self._target_lost(partial or "the target exited")
+
+    def _collect(self, target: Deployment) -> WindowResult | None:
+        """The window's snapshot, or None when a reader raised: that is counted, unless it is a
+        bug (re-raised) or the first attach failing on a live target (a failed start)."""
+        first = not self._had_window
+        try:
+            collector = self._make_collector(target, first)
+            result = collector.collect(self.config.schedule.window_s, self._should_stop)
+        except Exception as exc:
+            kind = classify(exc)
+            start_failed = first and isinstance(exc, AttachError | SamplerError)
+            if kind is None or (start_failed and self._alive(target)):
+                raise
+            self.failures.failed(Failure(kind, str(exc) or type(exc).__name__))
+            return None
+        self._had_window = True
+        return result
+
+    def _keep(self, result: WindowResult, planned: PlannedWindow) -> None:
+        snapshot, store, kind = result.snapshot, self.parts.store, planned.kind.value
+        failures = [*result.failures, *reading_failures(snapshot)]
+        outcome = store.write(snapshot, kind)
+        if outcome.path is None:
+            failures.append(Failure(WindowFailure.WRITE, outcome.skipped_reason or "not written"))
+        self.failures.settle(failures, checked=WINDOW_KINDS)
+        written = str(outcome.path) if outcome.path else None
+        self.state.update_snapshot(snapshot.summary(kind), kind, written)
+        self.state.update_disk(store.disk_state, store.free_bytes, store.total_bytes_used,
+                               store.snapshots_written, store.writes_skipped,
+                               store.deleted_total)  # fmt: skip
+        w = snapshot.window
+        if outcome.path is not None:
+            log.info("%s written: %s (%d samples%s)", kind, outcome.path, w.samples,
+                     f"; partial: {w.partial_reason}" if w.partial else "")  # fmt: skip
+        else:  # the store warns once per change of disk state; this is the per-tick detail
+            log.debug("%s not written: %s", kind, outcome.skipped_reason)
+
+    def _collector(self, target: Deployment, first: bool) -> WindowCollector:
+        def alive() -> bool:
+            return self._alive(target)
+
+        return real_collector(self.parts, target, first, alive, self.clock, self.wall)
+
+    # ------------------------------------------------------------------ the target
+
+    def _configured_target(self) -> Deployment:
+        return configured_target(self.parts.procfs, self.config.target)
+
+    def _still_alive(self, target: Deployment) -> bool:
+        return target.still_alive(self.parts.procfs)
+
+    def _wait_for_target_at_start(self) -> Deployment | None:
+        timeout = self.config.target.start_timeout_s
+        deadline, delay = self.clock() + timeout, 1.0
+        while True:
+            try:
+                target = self._find()
+            except (AttachError, AmbiguousTarget) as exc:
+                if isinstance(exc, AmbiguousTarget):
+                    self.failures.failed(Failure(WindowFailure.DISCOVERY_AMBIGUOUS, str(exc)))
+                if self.clock() >= deadline:
+                    raise type(exc)(f"{exc} (waited {timeout:g} s)") from None
+                log.info("waiting for the target: %s", exc)
+            else:
+                self.failures.cleared(WindowFailure.DISCOVERY_AMBIGUOUS)
+                self._attached(target)
+                return target
+            if self._sleep_until(self.clock() + delay) is Wake.STOP:
+                return None
+            delay = min(delay * 2, BACKOFF_MAX_S)
+
+    def _target_lost(self, reason: str) -> None:
+        if self._outage is None:
+            self._outage = _Outage(self.wall(), reason)
+            log.warning("target lost (%s): rediscovering with backoff", reason)
+            self.parts.store.record_gap(self._outage.since_wall, None, reason)  # open till found
+            self.state.update_target(False, self.restarts, self._outage.since_wall)
+        if self.target is not None:
+            self._lost = self.target
+        self.target = None
+
+    def _reacquire(self) -> bool:
+        """Rediscover with backoff until found or stopped; the outage is recorded as one gap,
+        and the schedule goes on at its next deadline on the grid."""
+        delay = 1.0
+        while (target := self._replacement()) is None:
+            if self._sleep_until(self.clock() + delay) is Wake.STOP:
+                return False
+            delay = min(delay * 2, BACKOFF_MAX_S)
+        if self._outage is not None:
+            self.parts.store.record_gap(self._outage.since_wall, self.wall(), self._outage.reason)
+        self._outage, self._lost = None, None
+        self.restarts += 1
+        self.parts.schedule.skip_until(self.clock())
+        self._attached(target)
+        return True
+
+    def _replacement(self) -> Deployment | None:
+        """A deployment to profile after losing one; None while there is none (yet)."""
+        try:
+            target = self._find()
+        except AmbiguousTarget as exc:  # a redeploy: old and new side by side for a while
+            self.failures.failed(Failure(WindowFailure.DISCOVERY_AMBIGUOUS, str(exc)))
+            return None
+        except AttachError as exc:
+            log.debug("still no target: %s", exc)
+            return None
+        self.failures.cleared(WindowFailure.DISCOVERY_AMBIGUOUS)
+        if self._lost is not None and target.is_remnant_of(self._lost):
+            log.debug("vLLM %d lost a serving process and is shutting down", target.root.pid)
+            return None
+        return target
+
+    def _attached(self, target: Deployment) -> None:
+        self.target = target
+        roles = ", ".join(f"{p.pid} {p.role.value}" for p in target.processes)
+        log.info("attached to vLLM deployment %d: %s", target.root.pid, roles)
+        self.state.update_target(True, self.restarts, None)
+
+    # ------------------------------------------------------------------ signals, waiting
+
+    def _should_stop(self) -> bool:
+        self.signals.heartbeat = self.clock()  # the sampler polls this every ~0.2 s
+        return self.signals.stop.is_set()
+
+    def _sleep_until(self, deadline: float, watch: Deployment | None = None) -> Wake:
+        """Sleep to an absolute deadline; reloads on the way, and wakes early when asked to stop,
+        when a reload replaced the schedule, or when `watch` goes away (so an outage's gap
+        starts when it did)."""
+        while (left := deadline - self.clock()) > 0:
+            self.signals.heartbeat = self.clock()
+            if self._wait(min(left, TICK_S)):
+                return Wake.STOP
+            if self.signals.reload.is_set():
+                schedule = self.parts.schedule
+                self._reload()
+                if self.parts.schedule is not schedule:
+                    return Wake.REPLAN
+            if watch is not None and not self._alive(watch):
+                return Wake.LOST
+        return Wake.STOP if self.signals.stop.is_set() else Wake.DUE
+
+    def _reload(self) -> None:
+        """Every part of the new config is built before any replaces the running one: a reload
+        that fails anywhere keeps the whole running configuration and all its parts."""
+        self.signals.reload.clear()
+        self.notifier.reloading()
+        old = self.parts
+        try:
+            config = load_config(self._config_path, self._environ, self._flags)
+            new = build_parts(config, self._builders, self.clock, self.wall, previous=old)
+        except SidecarError as exc:
+            log.error("reload failed, keeping the running configuration: %s", exc)
+        else:
+            self.parts = new
+            if old.gpu is not None and old.gpu is not new.gpu:
+                old.gpu.close()
+            if new.store is not old.store:
+                new.store.cleanup_temp()
+            log.info("configuration reloaded from %s", config.source)
+            if config.exporter_listen != old.config.exporter_listen:
+                log.warning("exporter_listen changed: takes effect at the next restart")
+        self.notifier.ready("configuration reloaded")
 
     def _install_signals(self) -> None:
         def on_stop(signum: int, frame: FrameType | None) -> None:
@@ -119,203 +346,15 @@ class Daemon:
         signal.signal(signal.SIGINT, on_stop)
         signal.signal(signal.SIGHUP, on_hup)
 
-    # ------------------------------------------------------------------ main loop
-
-    def run(self) -> int:
-        self._install_signals()
-        self.store.cleanup_temp()
-        exporter = start_exporter(self.config.exporter_listen, self.state)
-        watchdog = self._start_watchdog()
-        try:
-            self.target = self._wait_for_target_at_start()
-            if self.target is None:
-                return 0  # stopped while waiting
-            self.notifier.ready(f"profiling vLLM pid {self.target.root.pid}")
-            while not self.signals.stop.is_set():
-                self._tick()
-                if self.signals.reload.is_set():
-                    self._reload()
-        finally:
-            self.notifier.stopping()
-            if exporter is not None:
-                exporter.close()
-            if self.gpu is not None:
-                self.gpu.close()
-            if watchdog is not None:
-                self.signals.stop.set()
-        return 0
-
-    def _tick(self) -> None:
-        planned = self.schedule.plan()
-        self.state.update_schedule(planned.start_wall, self.schedule.lateness_s,
-                                   self.schedule.missed)  # fmt: skip
-        if not self._sleep_until(planned.start):
-            return
-        if self.target is None or not self.target.still_alive(self.procfs):
-            self._target_lost("the target is gone")
-            if not self._reacquire():
-                return
-        self._window(planned)
-
-    def _window(self, planned: PlannedWindow) -> None:
-        assert self.target is not None
-        self.schedule.started(planned)
-        snapshot = self._collector(self.target).collect(
-            self.config.schedule.window_s, stop=self._should_stop
-        )
-        self._had_window = True
-        outcome = self.store.write(snapshot, planned.kind.value)
-        self.schedule.done(planned)
-        summary = snapshot.summary(planned.kind.value)
-        self.state.update_snapshot(summary, planned.kind.value,
-                                   str(outcome.path) if outcome.path else None)  # fmt: skip
-        self._report_store()
-        if outcome.path is not None:
-            log.info("%s written: %s (%d samples%s)", planned.kind.value, outcome.path,
-                     snapshot.window.samples,
-                     f"; partial: {snapshot.window.partial_reason}" if snapshot.window.partial
-                     else "")  # fmt: skip
-        else:  # the store warns once per change of disk state; this is the per-tick detail
-            log.debug("%s not written: %s", planned.kind.value, outcome.skipped_reason)
-        if snapshot.window.partial and not self.target.still_alive(self.procfs):
-            self._target_lost(snapshot.window.partial_reason or "the target exited")
-
-    def _collector(self, target: Deployment) -> Collector:
-        sampler = Sampler(
-            runner=self.runner,
-            pid=target.root.pid,
-            controller=self.controller,
-            segment_s=min(15.0, self.config.schedule.window_s),
-            alive=lambda: target.still_alive(self.procfs),
-            fail_fast=not self._had_window,  # only a failed *start* is fatal
-        )
-        return Collector(
-            target=target,
-            sampler=sampler,
-            classifier=self.classifier,
-            procfs=self.procfs,
-            metrics=metrics_source_for(
-                target, self.config.metrics.url, self.config.metrics.timeout_s
-            ),
-            gpu=self.gpu,
-            host_procfs=host_procfs(self.config.target.host_proc),
-        )
-
-    # ------------------------------------------------------------------ target
-
-    def _find_target(self) -> Deployment:
-        return configured_target(self.procfs, self.config.target)
-
-    def _wait_for_target_at_start(self) -> Deployment | None:
-        deadline = self.clock() + self.config.target.start_timeout_s
-        delay = 1.0
-        while True:
-            try:
-                target = self._find_target()
-                self._attached(target)
-                return target
-            except AttachError as exc:
-                if self.clock() >= deadline:
-                    waited = self.config.target.start_timeout_s
-                    raise AttachError(f"{exc} (waited {waited:g} s)") from None
-                log.info("waiting for the target: %s", exc)
-            if not self._sleep_until(self.clock() + delay):
-                return None
-            delay = min(delay * 2, BACKOFF_MAX_S)
-
-    def _target_lost(self, reason: str) -> None:
-        if self._down_since is None:
-            self._down_since = self.wall()
-            self._gap_reason = reason
-            log.warning("target lost (%s): rediscovering with backoff", reason)
-            self.state.update_target(False, self.restarts, self._down_since)
-        if self.target is not None:
-            self._lost = self.target
-        self.target = None
-
-    def _reacquire(self) -> bool:
-        """Rediscover with backoff until found or stopped; the outage is recorded as a gap."""
-        delay = 1.0
-        while not self.signals.stop.is_set():
-            target, why = self._replacement()
-            if target is None:
-                log.debug("still no target: %s", why)
-                if not self._sleep_until(self.clock() + delay):
-                    return False
-                delay = min(delay * 2, BACKOFF_MAX_S)
-                continue
-            self._lost = None
-            self.restarts += 1
-            self.store.record_gap(self._down_since or self.wall(), self.wall(), self._gap_reason)
-            self._down_since = None
-            self.schedule.skip_until(self.clock())
-            self._attached(target)
-            return True
-        return False
-
-    def _replacement(self) -> tuple[Deployment | None, str]:
-        """A deployment to profile after losing one, or why there is none yet."""
-        try:
-            target = self._find_target()
-        except AttachError as exc:
-            return None, str(exc)
-        if self._lost is not None and target.is_remnant_of(self._lost):
-            return None, f"vLLM {target.root.pid} lost a serving process and is shutting down"
-        return target, ""
-
-    def _attached(self, target: Deployment) -> None:
-        self.target = target
-        roles = ", ".join(f"{p.pid} {p.role.value}" for p in target.processes)
-        log.info("attached to vLLM deployment %d: %s", target.root.pid, roles)
-        self.state.update_target(True, self.restarts, None)
-
-    # ------------------------------------------------------------------ signals, waiting
-
-    def _should_stop(self) -> bool:
-        self.signals.heartbeat = self.clock()  # the sampler polls this every ~50 ms
-        return self.signals.stop.is_set()
-
-    def _sleep_until(self, deadline: float) -> bool:
-        """Sleep to an absolute deadline; False when asked to stop meanwhile."""
-        while (left := deadline - self.clock()) > 0:
-            self.signals.heartbeat = self.clock()
-            if self.signals.stop.wait(min(left, 1.0)):
-                return False
-            if self.signals.reload.is_set():
-                self._reload()
-        return not self.signals.stop.is_set()
-
-    def _reload(self) -> None:
-        self.signals.reload.clear()
-        self.notifier.reloading()
-        try:
-            config = load_config(self._config_path, self._environ, self._flags)
-            listen_changed = config.exporter_listen != self.config.exporter_listen
-            self._build(config, previous=self.config)
-            self.config = config
-            log.info("configuration reloaded from %s", config.source)
-            if listen_changed:
-                log.warning("exporter_listen changed: takes effect at the next restart")
-        except SidecarError as exc:
-            log.error("reload failed, keeping the running configuration: %s", exc)
-        self.notifier.ready("configuration reloaded")
-
-    def _start_watchdog(self) -> threading.Thread | None:
+    def _start_watchdog(self) -> None:
         """Ping systemd's watchdog while the main loop shows signs of life."""
         period = watchdog_interval(self._environ)
         if period is None:
-            return None
+            return
 
         def ping() -> None:
             while not self.signals.stop.wait(period):
                 if self.clock() - self.signals.heartbeat < 4 * period:
                     self.notifier.watchdog()
 
-        thread = threading.Thread(target=ping, name="watchdog", daemon=True)
-        thread.start()
-        return thread
-
-    def _report_store(self) -> None:
-        s = self.store
-        self.state.update_disk(s.disk_state, s.free_bytes, s.total_bytes_used,
-                               s.snapshots_written, s.writes_skipped, s.deleted_total)  # fmt: skip
+        threading.Thread(target=ping, name="watchdog", daemon=True).start()

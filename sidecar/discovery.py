@@ -16,10 +16,15 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from sidecar.errors import AttachError
+from sidecar.errors import AttachError, ConfigError
 from sidecar.procfs import ProcFs
 from sidecar.records import ProcessInfo, Role
+
+if TYPE_CHECKING:
+    from sidecar.config import TargetConfig
 
 # The part before `::` is VLLM_PROCESS_NAME_PREFIX (default "VLLM"), which operators may change,
 # so the rows naming a vLLM process accept any prefix without spaces or colons. The names after
@@ -173,6 +178,44 @@ def no_server_error(procfs: ProcFs) -> AttachError:
         f"no vLLM server found under {procfs.root}: start vLLM, pass --pid, or mount the host's "
         '/proc and pass --proc-root /host_proc (Docker: pid: host or pid: "service:vllm")'
     )
+
+
+class AmbiguousTarget(ConfigError):
+    """Discovery found more than one vLLM server. For `snapshot` that is a flag to add (exit 2);
+    for the daemon after start it is a failed attempt: during a redeploy the old and the new
+    server run side by side for a while."""
+
+
+def resolve_target(procfs: ProcFs, pid: int | None, any_python: bool = False) -> Deployment:
+    """The deployment `pid` belongs to, or the one vLLM server discovery finds."""
+    if pid is not None:
+        return find_deployment(procfs, pid, allow_non_vllm=any_python)
+    found = discover(procfs)
+    if not found:
+        raise no_server_error(procfs)
+    if len(found) > 1:
+        listing = "; ".join(f"pid {d.root.pid} ({d.root.title[:60]})" for d in found)
+        raise AmbiguousTarget(f"found {len(found)} vLLM servers: {listing}. Pick one with --pid.")
+    return found[0]
+
+
+def configured_target(procfs: ProcFs, t: TargetConfig) -> Deployment:
+    """The deployment a daemon config names: its pid, the pid in its pid file, or discovery."""
+    pid = t.pid
+    if t.pid_file is not None:
+        pid = read_pid_file(t.pid_file)
+    elif pid is None and not t.discover:
+        raise ConfigError("no target: set target.pid, target.pid_file or target.discover")
+    return resolve_target(procfs, pid, t.any_python)
+
+
+def read_pid_file(path: Path) -> int:
+    try:
+        return int(path.read_text().split()[0])
+    except FileNotFoundError:
+        raise AttachError(f"pid file {path} does not exist (yet): is vLLM running?") from None
+    except (OSError, ValueError, IndexError) as exc:
+        raise AttachError(f"pid file {path} holds no PID: {exc}") from None
 
 
 def _root_of(info: ProcessInfo, table: dict[int, ProcessInfo]) -> ProcessInfo | None:

@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import TypeVar
 
 from sidecar.collect import metrics_source_for, open_gpu_reader
-from sidecar.commands import configured_target
 from sidecar.config import Config
-from sidecar.discovery import Deployment
+from sidecar.discovery import Deployment, configured_target
 from sidecar.errors import SidecarError
 from sidecar.procfs import ProcFs
-from sidecar.sampler import PTRACE_HELP, SubprocessPySpy, explain_failure
+from sidecar.pyspy import PTRACE_HELP, SubprocessPySpy, explain_failure
 from sidecar.vllm_metrics import take_scrape
 
 CAP_SYS_PTRACE = 19

@@ -45,6 +45,13 @@ class Schedule:
         self.missed = 0  # regular deadlines that passed while a window (or an outage) ran
         self.lateness_s = 0.0  # how late the last window started against its deadline
 
+    def begin(self) -> None:
+        """The target is found: the first regular window starts now. The wait before (for vLLM
+        to start) missed nothing and makes no window late."""
+        self._next = self._clock()
+        self._next_baseline_wall = _next_multiple(self._wall(), self.config.baseline_every_s)
+        self.lateness_s = 0.0
+
     def plan(self) -> PlannedWindow:
         now, wall = self._clock(), self._wall()
         baseline_at = now + (self._next_baseline_wall - wall)
@@ -71,7 +78,8 @@ class Schedule:
             self.missed += 1
 
     def skip_until(self, now: float) -> None:
-        """The target was down: every deadline up to now passed without a window."""
+        """The target was down: every deadline up to now passed without a window. The next
+        regular window stays on the grid, and the outage is no window's lateness."""
         while self._next <= now:
             self._next += self.config.interval_s
             self.missed += 1

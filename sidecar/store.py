@@ -101,6 +101,26 @@ class StoredSnapshot:
         return {"name": self.name, "kind": self.kind.value, "created_at": self.created_at}
 
 
+def check_writable(folder: Path) -> None:
+    """Whether the daemon may start (or reload) with `folder` as its output: it must be a folder
+    that can be created and written. A full disk passes: that is data, a skipped write (STYLE.md
+    7); a path under a file, a read-only mount or a folder of another user is configuration."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        if _is_space_error(exc):
+            return
+        raise OutputError(
+            f"cannot create the output folder {folder}: {exc.strerror or exc}; set output.dir "
+            "(--out) to a folder the sidecar may write"
+        ) from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputError(
+            f"the output folder {folder} is not writable by this user (uid {os.getuid()}); "
+            "fix its owner or mode, or set output.dir (--out) elsewhere"
+        )
+
+
 class SnapshotStore:
     def __init__(
         self,
@@ -144,14 +164,6 @@ class SnapshotStore:
                 return self._skipped(str(exc), space=_is_space_error(exc), deleted=deleted)
             self._added(path)
             return WriteOutcome(path, None, tuple(deleted))
-
-    def enforce_retention(self) -> tuple[str, ...]:
-        """Delete by age, then by total size; returns the deleted folder names."""
-        with self._lock:
-            deleted = self._retire(reserve=0)
-            if deleted:
-                self._write_index()
-            return tuple(deleted)
 
     def record_gap(self, start_wall: float, end_wall: float | None, reason: str) -> None:
         """Note a time without snapshots (target down); a gap left open (`end_wall` None) is

@@ -63,6 +63,7 @@ HELP: Mapping[str, tuple[str, str]] = {
     "snapshots_written": ("counter", "Snapshots written to disk."),
     "snapshots_skipped": ("counter", "Snapshots not written (disk low)."),
     "snapshots_deleted": ("counter", "Snapshots deleted by retention."),
+    "window_failures": ("counter", "Failures the daemon carried on through, by kind."),
 }  # fmt: skip
 # Gauges from a snapshot describe its window; the HELP texts leave "latest snapshot" implied.
 
@@ -140,6 +141,8 @@ class SidecarCollector:
             _add_summary(out, view.summary, target)
         _add_marks(out, view.marks, host, now)
         _add_daemon(out, view, host)
+        for kind, count in sorted(view.failures.items()):
+            out.add("window_failures", {**host, "kind": kind}, count)
         yield from out
 
 

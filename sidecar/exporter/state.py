@@ -56,6 +56,7 @@ class ExporterView:
     target: TargetState | None = None
     disk: DiskState | None = None
     schedule: ScheduleState | None = None
+    failures: Mapping[str, int] = field(default_factory=dict)  # kind -> count
 
 
 class ExporterState:
@@ -114,3 +115,7 @@ class ExporterState:
         schedule = ScheduleState(next_deadline_wall, lateness_s, windows_missed)
         with self._lock:
             self._view = replace(self._view, schedule=schedule)
+
+    def update_failures(self, counts: Mapping[str, int]) -> None:
+        with self._lock:
+            self._view = replace(self._view, failures=dict(counts))

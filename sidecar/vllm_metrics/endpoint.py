@@ -20,6 +20,13 @@ _ANY_V4 = ("", "0.0.0.0")
 _ANY_V6 = ("::", "[::]")
 
 
+class MetricsUrlError(ConfigError):
+    """vLLM's command line names no `/metrics` the sidecar can reach (`--uds`, a bad `--port`).
+
+    A ConfigError for a one-off command; the daemon, which meets it in a window of a server it
+    did not configure, reads no metrics that window and says why (a counted failure)."""
+
+
 def metrics_url_from_cmdline(cmdline: Sequence[str]) -> str:
     """The `/metrics` URL of the server started by `cmdline`.
 
@@ -31,7 +38,7 @@ def metrics_url_from_cmdline(cmdline: Sequence[str]) -> str:
     """
     flags = _flag_values(cmdline)
     if flags.get("--uds"):
-        raise ConfigError(
+        raise MetricsUrlError(
             f"vLLM listens on the Unix socket {flags['--uds']} (--uds), which the metrics "
             "scraper cannot reach; start vLLM with --host/--port, or give the sidecar the "
             "metrics URL of a proxy in front of the socket"
@@ -85,7 +92,7 @@ def _port(value: str | None) -> int:
     except ValueError:
         port = -1
     if not 0 < port < 65536:
-        raise ConfigError(
+        raise MetricsUrlError(
             f"--port {value!r} in vLLM's command line is not a TCP port; give the sidecar the "
             "metrics URL explicitly"
         )

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from sidecar.parsers import parse_raw
-from sidecar.sampler import RecordOutcome, RecordRequest, SubprocessPySpy
+from sidecar.pyspy import RecordOutcome, RecordRequest, SubprocessPySpy
 from tests.integration.targets import python_target
 
 pytestmark = pytest.mark.integration
@@ -77,3 +77,30 @@ def test_a_stalled_py_spy_reports_how_late_it_is(started: list[subprocess.Popen[
     finally:
         recording.join(30)
     assert 2.0 <= outcome[0].behind_s <= 4.0, outcome[0].output
+
+
+def test_a_py_spy_that_does_not_stop_on_sigint_is_killed(
+    started: list[subprocess.Popen[bytes]],
+) -> None:
+    """py-spy frozen (SIGSTOP) once sampling: the SIGINT at the deadline stays pending, so
+    after the grace period the runner kills it and the window ends instead of hanging."""
+    pid = python_target(started, BUSY)
+    request = RecordRequest(pid=pid, rate_hz=20, duration_s=2.0)
+    runner = replace(SubprocessPySpy.find(), kill_grace_s=2.0)
+    outcome: list[RecordOutcome] = []
+    recording = threading.Thread(
+        target=lambda: outcome.append(runner.record(request, lambda: False))
+    )
+    began = time.monotonic()
+    recording.start()
+    deadline = time.monotonic() + 10
+    while not (spies := [c for c in psutil.Process().children() if c.name() == "py-spy"]):
+        assert time.monotonic() < deadline, "py-spy did not start"
+        time.sleep(0.05)
+    time.sleep(0.5)
+    spies[0].suspend()  # never resumed: only SIGKILL ends it now
+    recording.join(30)
+    assert not recording.is_alive(), "the runner waited for a py-spy that would never exit"
+    (ended,) = outcome
+    assert ended.killed_after_s is not None and 2.0 <= ended.killed_after_s < 3.0, ended
+    assert ended.returncode == -9 and time.monotonic() - began < 20

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.commands import configured_target
 from sidecar.config import Config, ScheduleConfig, TargetConfig, load_config
+from sidecar.discovery import configured_target
 from sidecar.errors import AttachError, ConfigError
 from sidecar.procfs import ProcFs
 from sidecar.schedule import Schedule, WindowKind

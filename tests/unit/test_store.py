@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from sidecar.classifier import Classifier
+from sidecar.errors import OutputError
 from sidecar.rules import load_rules
 from sidecar.sampler import Window
 from sidecar.snapshot import Snapshot, build_snapshot
-from sidecar.store import DiskState, Kind, Retention, SnapshotStore
+from sidecar.store import DiskState, Kind, Retention, SnapshotStore, check_writable
 
 HOST = "gpu-node-1"
 T0 = 1_780_000_000.0  # 2026-05-28T20:26:40Z
@@ -227,34 +228,57 @@ def test_retention_by_age_keeps_the_newest_baseline(tmp_path: Path) -> None:
     for age_days, suffix in [(10, "-baseline"), (9, ""), (3, ""), (2, "-baseline"), (0.5, "")]:
         folder(tmp_path, name(T0 - age_days * DAY, suffix))
     store = SnapshotStore(tmp_path, HOST, Retention(1 * DAY, 1 * DAY, None, 0), clock=Clock(T0))
-    deleted = store.enforce_retention()
-    assert deleted == (name(T0 - 10 * DAY, "-baseline"), name(T0 - 9 * DAY), name(T0 - 3 * DAY))
+    outcome = store.write(snapshot(T0), "snapshot")
+    assert outcome.deleted == (
+        name(T0 - 10 * DAY, "-baseline"),
+        name(T0 - 9 * DAY),
+        name(T0 - 3 * DAY),
+    )
     assert visible(tmp_path) == sorted(
-        [name(T0 - 2 * DAY, "-baseline"), name(T0 - 0.5 * DAY), "index.json"]
+        [name(T0 - 2 * DAY, "-baseline"), name(T0 - 0.5 * DAY), name(T0), "index.json"]
     )  # the only baseline left is older than its limit, but it is the newest
-    assert store.deleted_total == 3 and index(tmp_path)["counts"] == {"snapshot": 1, "baseline": 1}
+    assert store.deleted_total == 3 and index(tmp_path)["counts"] == {"snapshot": 2, "baseline": 1}
 
 
 def test_baselines_live_longer_than_snapshots(tmp_path: Path) -> None:
     for age_days, suffix in [(60, "-baseline"), (20, "-baseline"), (8, ""), (6, "")]:
         folder(tmp_path, name(T0 - age_days * DAY, suffix))
     store = SnapshotStore(tmp_path, HOST, Retention(7 * DAY, 30 * DAY, None, 0), clock=Clock(T0))
-    assert store.enforce_retention() == (name(T0 - 60 * DAY, "-baseline"), name(T0 - 8 * DAY))
+    outcome = store.write(snapshot(T0), "baseline")
+    assert outcome.deleted == (name(T0 - 60 * DAY, "-baseline"), name(T0 - 8 * DAY))
 
 
-def test_retention_by_size_oldest_regular_first_then_old_baselines(tmp_path: Path) -> None:
-    layout = [(5, "-baseline"), (4, ""), (3, "-baseline"), (2, ""), (1, "")]
-    for age, suffix in layout:
+SIZED = [(5, "-baseline"), (4, ""), (3, "-baseline"), (2, ""), (1, "")]  # 1000 bytes each
+
+
+@pytest.mark.parametrize(
+    ("limit", "deleted"),
+    [
+        # 5000 stored + 1000 reserved for the write (the newest folder's size) - 4500
+        (4500, [(4, ""), (2, "")]),
+        # every regular snapshot, then the old baseline; the newest baseline never goes
+        (2500, [(4, ""), (2, ""), (1, ""), (5, "-baseline")]),
+        # no room to reserve under the limit: the folders alone are over it, the same result
+        (500, [(4, ""), (2, ""), (1, ""), (5, "-baseline")]),
+    ],
+)
+def test_retention_by_size_oldest_regular_first_then_old_baselines(
+    tmp_path: Path, limit: int, deleted: list[tuple[int, str]]
+) -> None:
+    for age, suffix in SIZED:
         folder(tmp_path, name(T0 - age * DAY, suffix), size=1000)
-    store = SnapshotStore(tmp_path, HOST, Retention(None, None, 3500, 0), clock=Clock(T0))
-    assert store.enforce_retention() == (name(T0 - 4 * DAY), name(T0 - 2 * DAY))
-    assert store.total_bytes_used == 3000
-    tighter = SnapshotStore(tmp_path, HOST, Retention(None, None, 1500, 0), clock=Clock(T0))
-    # the last regular goes, then the oldest baseline; the newest baseline never does
-    assert tighter.enforce_retention() == (name(T0 - 1 * DAY), name(T0 - 5 * DAY, "-baseline"))
-    tiny = SnapshotStore(tmp_path, HOST, Retention(None, None, 10, 0), clock=Clock(T0))
-    assert tiny.enforce_retention() == ()
-    assert visible(tmp_path) == [name(T0 - 3 * DAY, "-baseline"), "index.json"]
+    store = SnapshotStore(tmp_path, HOST, Retention(None, None, limit, 0), clock=Clock(T0))
+    outcome = store.write(snapshot(T0), "snapshot")
+    assert outcome.deleted == tuple(name(T0 - age * DAY, suffix) for age, suffix in deleted)
+    kept = [name(T0 - a * DAY, x) for a, x in SIZED if (a, x) not in deleted]
+    assert visible(tmp_path) == sorted([*kept, name(T0), "index.json"])
+
+
+def test_a_write_under_the_size_limit_deletes_nothing(tmp_path: Path) -> None:
+    for age, suffix in SIZED:
+        folder(tmp_path, name(T0 - age * DAY, suffix), size=1000)
+    store = SnapshotStore(tmp_path, HOST, Retention(None, None, 6000, 0), clock=Clock(T0))
+    assert store.write(snapshot(T0), "snapshot").deleted == ()
 
 
 def test_write_applies_retention_first_and_reports_it(tmp_path: Path) -> None:
@@ -344,6 +368,24 @@ def test_an_unwritable_output_is_a_skipped_write_not_a_crash(
 
 
 # ---------------------------------------------------------------- leftovers
+
+
+def test_check_writable_passes_a_folder_it_can_make(tmp_path: Path) -> None:
+    check_writable(tmp_path / "out" / HOST)
+    assert (tmp_path / "out" / HOST).is_dir()
+
+
+def test_check_writable_refuses_a_path_under_a_file(tmp_path: Path) -> None:
+    (tmp_path / "out").write_text("a file where the output folder should be")
+    with pytest.raises(OutputError, match=r"set output\.dir"):
+        check_writable(tmp_path / "out" / HOST)
+
+
+@pytest.mark.skipif(os.getuid() == 0, reason="root writes through any mode")
+def test_check_writable_refuses_a_folder_without_write_permission(tmp_path: Path) -> None:
+    (tmp_path / HOST).mkdir(mode=0o500)
+    with pytest.raises(OutputError, match="not writable"):
+        check_writable(tmp_path / HOST)
 
 
 def test_cleanup_temp_removes_what_a_killed_writer_left(tmp_path: Path) -> None:

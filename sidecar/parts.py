@@ -1,0 +1,195 @@
+"""The daemon's parts: everything its config decides, built whole by `build_parts`, and the
+real window collector over them (`real_collector`).
+
+At start a part that cannot be built exits with its code (a bad rules file 2, no py-spy 5, an
+output folder that cannot be written 6). On SIGHUP every part of the new config is built
+before any replaces the running one, so a reload that fails anywhere keeps the whole running
+configuration; a part the change does not touch is kept (a kept store keeps its counters, a
+kept schedule its deadlines, a kept controller its rate).
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from sidecar.classifier import Classifier
+from sidecar.collect import Collector, host_procfs, metrics_source_for, open_gpu_reader
+from sidecar.config import Config
+from sidecar.discovery import Deployment
+from sidecar.errors import ConfigError
+from sidecar.failures import Failure, WindowFailure
+from sidecar.gpu import NvmlReader
+from sidecar.procfs import ProcFs
+from sidecar.pyspy import PySpyRunner, SubprocessPySpy
+from sidecar.rules import RuleSet, load_rules
+from sidecar.sampler import RateController, Sampler
+from sidecar.schedule import Schedule
+from sidecar.snapshot import Snapshot
+from sidecar.store import DiskState, Retention, SnapshotStore, WriteOutcome, check_writable
+from sidecar.vllm_metrics import HttpMetricsSource, MetricsScrape, MetricsSource, take_scrape
+from sidecar.vllm_metrics.endpoint import MetricsUrlError
+
+
+class Store(Protocol):
+    """What the daemon needs of the snapshot store (store.SnapshotStore)."""
+
+    disk_state: DiskState
+    free_bytes: int
+    snapshots_written: int
+    writes_skipped: int
+    deleted_total: int
+
+    @property
+    def total_bytes_used(self) -> int: ...
+    def write(self, snapshot: Snapshot, kind: str) -> WriteOutcome: ...
+    def record_gap(self, start_wall: float, end_wall: float | None, reason: str) -> None: ...
+    def cleanup_temp(self) -> tuple[str, ...]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class WindowResult:
+    snapshot: Snapshot
+    failures: tuple[Failure, ...] = ()  # what its readers saw fail, beside the snapshot's own
+
+
+class WindowCollector(Protocol):
+    def collect(self, duration_s: float, stop: Callable[[], bool]) -> WindowResult: ...
+
+
+def open_store(config: Config) -> SnapshotStore:
+    """The store under `output.dir/<host>`; a folder that cannot be written is an OutputError."""
+    o, host = config.output, socket.gethostname()
+    check_writable(Path(o.dir) / host)
+    retention = Retention(
+        max_age_s=o.retention_days * 86400,
+        baseline_max_age_s=o.baseline_retention_days * 86400,
+        max_total_bytes=int(o.max_total_mb * 2**20),
+        min_free_bytes=int(o.min_free_mb * 2**20),
+    )
+    return SnapshotStore(o.dir, host, retention)
+
+
+@dataclass(frozen=True, slots=True)
+class Builders:
+    """How the parts are made; the defaults are the real ones, tests pass fakes."""
+
+    rules: Callable[[Path | None], RuleSet] = load_rules  # the config's `rules`, or built-in
+    py_spy: Callable[[str | None], PySpyRunner] = SubprocessPySpy.find
+    store: Callable[[Config], Store] = open_store
+    gpu: Callable[[bool], NvmlReader | None] = open_gpu_reader
+    metrics: Callable[[str, float], MetricsSource] = HttpMetricsSource  # a configured URL
+
+
+@dataclass(frozen=True, slots=True)
+class Parts:
+    config: Config
+    classifier: Classifier
+    procfs: ProcFs
+    runner: PySpyRunner
+    metrics: MetricsSource | None  # the configured URL; None: the one vLLM's flags imply
+    store: Store
+    controller: RateController
+    schedule: Schedule
+    gpu: NvmlReader | None
+
+
+def build_parts(
+    config: Config,
+    make: Builders,
+    clock: Callable[[], float],
+    wall_clock: Callable[[], float],
+    previous: Parts | None = None,
+) -> Parts:
+    """All parts of `config`, or a SidecarError before any running part is touched."""
+    t = config.target
+    if t.pid is None and t.pid_file is None and not t.discover:
+        raise ConfigError("no target: set target.pid, target.pid_file or target.discover")
+    classifier = Classifier(make.rules(config.rules))
+    runner = make.py_spy(config.sampling.py_spy)
+    url = config.metrics.url
+    metrics = make.metrics(url, config.metrics.timeout_s) if url is not None else None
+    kept = _kept(previous, config, "output")
+    store = kept.store if kept else make.store(config)
+    # Opened last: nothing after it can fail, so a failed reload leaves no NVML session open.
+    kept = _kept(previous, config, "gpu")
+    gpu = kept.gpu if kept else make.gpu(config.gpu)
+    kept = _kept(previous, config, "sampling")
+    s = config.sampling
+    controller = kept.controller if kept else RateController(s.rate_hz, s.cpu_budget)
+    kept = _kept(previous, config, "schedule")
+    schedule = kept.schedule if kept else Schedule(config.schedule, clock, wall_clock)
+    return Parts(config, classifier, ProcFs(t.proc_root), runner, metrics, store, controller,
+                 schedule, gpu)  # fmt: skip
+
+
+def _kept(previous: Parts | None, config: Config, section: str) -> Parts | None:
+    """The running parts, when `section` of the config is the same in `config`."""
+    if previous is not None and getattr(previous.config, section) == getattr(config, section):
+        return previous
+    return None
+
+
+# ------------------------------------------------------------------ the real window
+
+
+def real_collector(
+    parts: Parts,
+    target: Deployment,
+    first: bool,
+    alive: Callable[[], bool],
+    clock: Callable[[], float],
+    wall_clock: Callable[[], float],
+) -> WindowCollector:
+    """The real readers over `target`: py-spy, psutil, NVML, vLLM's /metrics. `first`: the
+    daemon's first window, whose failed attach is a failed start (the sampler raises)."""
+    config = parts.config
+    sampler = Sampler(runner=parts.runner, pid=target.root.pid, controller=parts.controller,
+                      segment_s=min(15.0, config.schedule.window_s), alive=alive, clock=clock,
+                      wall_clock=wall_clock, fail_fast=first)  # fmt: skip
+    metrics, unread = parts.metrics, None
+    if metrics is None:  # no URL configured: the one vLLM's flags imply, if they do
+        try:
+            metrics = metrics_source_for(target, None, config.metrics.timeout_s)
+        except MetricsUrlError as exc:
+            unread = str(exc)
+    watch = _ScrapeWatch()
+    collector = Collector(target=target, sampler=sampler, classifier=parts.classifier,
+                          procfs=parts.procfs, metrics=metrics, gpu=parts.gpu,
+                          host_procfs=host_procfs(config.target.host_proc),
+                          metrics_unread=unread, scrape=watch.scrape)  # fmt: skip
+    return _Readers(collector, watch, unread)
+
+
+class _ScrapeWatch:
+    """Takes the window's scrapes and keeps what went wrong with them."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+
+    def scrape(self, source: MetricsSource) -> MetricsScrape:
+        taken = take_scrape(source)
+        if taken.error is not None:
+            self.errors.append(taken.error)
+        return taken
+
+
+@dataclass(frozen=True, slots=True)
+class _Readers:
+    """The real window: the collector's snapshot, with the failures only its readers saw."""
+
+    collector: Collector
+    watch: _ScrapeWatch
+    metrics_unread: str | None
+
+    def collect(self, duration_s: float, stop: Callable[[], bool]) -> WindowResult:
+        snapshot = self.collector.collect(duration_s, stop)
+        failures = []
+        if self.metrics_unread is not None:
+            failures.append(Failure(WindowFailure.METRICS_URL, self.metrics_unread))
+        if self.watch.errors:
+            failures.append(Failure(WindowFailure.METRICS_SCRAPE, self.watch.errors[-1]))
+        return WindowResult(snapshot, tuple(failures))

@@ -1,0 +1,349 @@
+"""The py-spy process: started per segment, stopped with SIGINT so it writes out what it has,
+killed when it ignores that, and its output read for its own counts, lateness and errors.
+
+The process is the OS boundary behind `PySpyRunner`: the sampling loop (`sampler.py`) is tested
+on recorded outcomes, the wait loop here on injected `ProcessCalls`, and the real binary against
+real processes in tests/integration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import math
+import os
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from sidecar.errors import AttachError, SamplerError
+
+PTRACE_HELP = (
+    "py-spy was refused ptrace access to process {pid}. Run the sidecar as root or give it "
+    "CAP_SYS_PTRACE (systemd: AmbientCapabilities=CAP_SYS_PTRACE; Docker: cap_add: [SYS_PTRACE] "
+    'and share vLLM\'s PID namespace with pid: "service:vllm"), and check '
+    "/proc/sys/kernel/yama/ptrace_scope: 0 or 1 lets a privileged tracer attach, 2 needs "
+    "CAP_SYS_PTRACE, 3 forbids attaching until reboot (sysctl kernel.yama.ptrace_scope=1)."
+)
+# What py-spy says, all of it: `record` without --capture prints its status lines ("py-spy>
+# Sampling process 5 times a second", "... Samples: 1200 Errors: 0", "1.04s behind in
+# sampling", "Stopped sampling because process exited") on *stdout*, its errors on stderr.
+_SAMPLING = "Sampling process"
+_COUNTS = re.compile(r"Samples:\s*(\d+)\s+Errors:\s*(\d+)")
+# The lateness when py-spy cannot keep up (CPU starved); it then takes the missed samples in a
+# burst as soon as it runs again, so a late window over-weights what came after the stall.
+_BEHIND = re.compile(r"([\d.]+)s behind in sampling")
+_PR_SET_PDEATHSIG = 1  # prctl(2)
+LATE_S = 1.0  # py-spy reports lateness from 1 s on
+# How long py-spy may take to attach before the window is given up on (it then ends partial).
+ATTACH_GRACE_S = 30.0
+# How long py-spy has to write its output after SIGINT before it is killed. It needs well under
+# a second; one stuck in a ptrace call of a frozen target would otherwise hold the daemon.
+KILL_GRACE_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class RecordRequest:
+    pid: int
+    rate_hz: float
+    duration_s: float
+    subprocesses: bool = True
+    blocking: bool = False  # py-spy --nonblocking by default: never pause vLLM
+    native: bool = False
+    idle: bool = True  # idle threads are a phase of their own, not noise
+
+
+@dataclass(frozen=True, slots=True)
+class RecordOutcome:
+    """One py-spy run: its raw output, its own counts, its CPU cost and how it ended."""
+
+    raw: str
+    returncode: int
+    output: str  # py-spy's stdout and stderr, interleaved as written
+    samples: int | None
+    errors: int | None
+    cpu_s: float
+    wall_s: float
+    target_exited: bool
+    behind_s: float = 0.0  # the most py-spy fell behind its schedule
+    attach_s: float = 0.0  # from launch until py-spy said it was sampling
+    killed_after_s: float | None = None  # ignored SIGINT for this long, then SIGKILLed
+
+
+class PySpyRunner(Protocol):
+    def record(self, request: RecordRequest, stop: Callable[[], bool]) -> RecordOutcome: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessCalls:
+    """The OS calls the wait loop makes, injected so its decisions are tested without processes.
+
+    `kill` is `os.kill` on the PID, not `Popen.send_signal`: that one polls first, and a poll
+    that reaps py-spy makes the next `os.wait4` raise ChildProcessError. The PID cannot be
+    reused meanwhile: only our own `wait4` reaps it, so until then it is at worst a zombie.
+    """
+
+    wait4: Callable[[int, int], tuple[int, int, resource.struct_rusage]] = os.wait4
+    kill: Callable[[int, int], None] = os.kill
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+
+
+@dataclass(frozen=True, slots=True)
+class Exit:
+    """How a py-spy process ended, as the wait loop saw it."""
+
+    returncode: int
+    cpu_s: float  # its own user + system time; 0 when another waiter reaped it
+    killed_after_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SubprocessPySpy:
+    """Runs the real py-spy binary. Stops it with SIGINT at the deadline, so py-spy writes out
+    what it has: the same path a SIGTERM of the sidecar takes to cut a window short."""
+
+    binary: str
+    poll_s: float = 0.2  # deadline precision; each wake-up costs the sidecar CPU
+    kill_grace_s: float = KILL_GRACE_S
+    # Called (from a reader thread) when py-spy says it is sampling, with the seconds its
+    # attach took: the CLI tells the operator, since on a busy host that can take a while.
+    on_sampling: Callable[[RecordRequest, float], None] | None = None
+    calls: ProcessCalls = field(default_factory=ProcessCalls)
+
+    @classmethod
+    def find(cls, explicit: str | None = None) -> SubprocessPySpy:
+        candidates = (
+            [explicit]
+            if explicit
+            else [
+                shutil.which("py-spy"),
+                str(Path(sys.executable).with_name("py-spy")),
+            ]
+        )
+        for c in candidates:
+            if c and os.access(c, os.X_OK):
+                return cls(binary=c)
+        raise SamplerError(
+            "py-spy not found"
+            + (f" at {explicit}" if explicit else " on PATH or beside this Python")
+            + ": install it with `pip install py-spy` (a dependency of vllm-sidecar) "
+            "or pass --py-spy /path/to/py-spy"
+        )
+
+    def record(self, request: RecordRequest, stop: Callable[[], bool]) -> RecordOutcome:
+        with tempfile.TemporaryDirectory(prefix="vllm-sidecar-") as tmp:
+            out = Path(tmp) / "raw.txt"
+            started = time.monotonic()
+            proc = self._start(request, out)
+            notify = self.on_sampling
+            watch = _OutputWatch(
+                proc, None if notify is None else lambda at: notify(request, at - started)
+            )
+            ended = self._wait(proc, watch, started, request.duration_s, stop)
+            watch.join()
+            output = watch.text()
+            raw = out.read_text(errors="replace") if out.exists() else ""
+        counts = _COUNTS.search(output)
+        return RecordOutcome(
+            raw=raw,
+            returncode=ended.returncode,
+            output=output,
+            samples=int(counts[1]) if counts else None,
+            errors=int(counts[2]) if counts else None,
+            cpu_s=ended.cpu_s,
+            wall_s=time.monotonic() - (watch.sampling_since or started),
+            attach_s=(watch.sampling_since or time.monotonic()) - started,
+            target_exited="process exited" in output,
+            behind_s=max((float(m) for m in _BEHIND.findall(output)), default=0.0),
+            killed_after_s=ended.killed_after_s,
+        )
+
+    def _start(self, request: RecordRequest, out: Path) -> subprocess.Popen[bytes]:
+        try:
+            return subprocess.Popen(
+                self._argv(request, out),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent,
+                # Its own session: a terminal's Ctrl-C reaches the sidecar alone, which stops
+                # py-spy itself; and where the kernel groups sessions for scheduling
+                # (autogroup, outside systemd and containers) py-spy is not starved with them.
+                start_new_session=True,
+            )
+        except OSError as exc:  # removed since start, out of processes or memory
+            raise SamplerError(
+                f"cannot start py-spy ({self.binary}): {exc}; reinstall it (`pip install "
+                "py-spy`) or point --py-spy at it"
+            ) from exc
+
+    def _argv(self, r: RecordRequest, out: Path) -> list[str]:
+        # py-spy takes whole samples per second only (`--rate 2.5` is refused).
+        argv = [self.binary, "record", "--pid", str(r.pid), "--rate", str(whole_rate(r.rate_hz))]
+        # A safety net: py-spy ends by itself shortly after the deadline even if the sidecar
+        # is killed before it can send SIGINT (it would stay attached to vLLM otherwise).
+        argv += ["--duration", str(math.ceil(r.duration_s) + 5)]
+        argv += ["--format", "raw", "--output", str(out), "--threads"]
+        argv += ["--subprocesses"] * r.subprocesses + ["--idle"] * r.idle
+        argv += ["--native"] * r.native + ([] if r.blocking else ["--nonblocking"])
+        return argv
+
+    def _wait(
+        self,
+        proc: subprocess.Popen[bytes],
+        watch: _OutputWatch,
+        started: float,
+        duration_s: float,
+        stop: Callable[[], bool],
+    ) -> Exit:
+        """Wait for py-spy and SIGINT it once it has *sampled* for `duration_s`: attaching to
+        a tree of busy processes can take seconds on a loaded host, and that time is not part
+        of the window."""
+
+        def deadline() -> float:
+            since = watch.sampling_since
+            return since + duration_s if since else started + duration_s + ATTACH_GRACE_S
+
+        exit_ = wait_for_exit(proc.pid, deadline, stop, self.poll_s, self.kill_grace_s,
+                              self.calls, reaped_code=lambda: proc.returncode)  # fmt: skip
+        proc.returncode = exit_.returncode  # Popen must not wait for it again
+        return exit_
+
+
+def wait_for_exit(
+    pid: int,
+    deadline: Callable[[], float],
+    stop: Callable[[], bool],
+    poll_s: float,
+    kill_grace_s: float,
+    calls: ProcessCalls,
+    reaped_code: Callable[[], int | None] = lambda: None,
+) -> Exit:
+    """Poll `pid` until it exits: SIGINT at `deadline()` or when `stop()`, SIGKILL when it has
+    not exited `kill_grace_s` later. os.wait4 gives its own CPU usage."""
+    interrupted_at: float | None = None
+    killed_after: float | None = None
+    while True:
+        try:
+            reaped, status, usage = calls.wait4(pid, os.WNOHANG)
+        except ChildProcessError:
+            # Reaped by someone else (a Popen.poll): its status is theirs, its usage is lost.
+            # On ECHILD Popen itself assumes 0, and so do we when it kept nothing.
+            code = reaped_code()
+            return Exit(0 if code is None else code, 0.0, killed_after)
+        if reaped == pid:
+            cpu = usage.ru_utime + usage.ru_stime
+            return Exit(os.waitstatus_to_exitcode(status), cpu, killed_after)
+        now = calls.clock()
+        if interrupted_at is None and (now >= deadline() or stop()):
+            _signal(calls, pid, signal.SIGINT)
+            interrupted_at = now
+        elif (
+            interrupted_at is not None
+            and killed_after is None
+            and (now - interrupted_at >= kill_grace_s)
+        ):
+            _signal(calls, pid, signal.SIGKILL)
+            killed_after = now - interrupted_at
+        calls.sleep(poll_s)
+
+
+def _signal(calls: ProcessCalls, pid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # exited and reaped meanwhile: wait4 says so
+        calls.kill(pid, signum)
+
+
+class _OutputWatch:
+    """Reads py-spy's output as it comes: notes when sampling starts, keeps the text."""
+
+    def __init__(
+        self, proc: subprocess.Popen[bytes], on_start: Callable[[float], None] | None = None
+    ) -> None:
+        self.sampling_since: float | None = None
+        self._on_start = on_start
+        self._lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        self._thread.start()
+
+    def _read(self, proc: subprocess.Popen[bytes]) -> None:
+        if proc.stdout is None:
+            return
+        with proc.stdout:
+            for raw in proc.stdout:
+                line = raw.decode(errors="replace")
+                if self.sampling_since is None and _SAMPLING in line:
+                    self.sampling_since = time.monotonic()
+                    if self._on_start is not None:
+                        self._on_start(self.sampling_since)
+                self._lines.append(line)
+
+    def join(self) -> None:
+        self._thread.join(timeout=5)
+
+    def text(self) -> str:
+        return "".join(self._lines)
+
+
+def whole_rate(rate_hz: float) -> int:
+    """The rate py-spy is given: whole samples per second, at least 1."""
+    return max(1, round(rate_hz))
+
+
+def _die_with_parent() -> None:
+    """In the py-spy child, before exec: SIGTERM it when the sidecar dies (kill -9 included)."""
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: --duration still ends it
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+# ---------------------------------------------------------------------------------- errors
+
+
+def explain_failure(
+    pid: int, output: str, ptrace_refused: Callable[[int], bool] | None = None
+) -> AttachError | SamplerError:
+    """Turn py-spy's error text into an error that names the fix."""
+    text = output.lower()
+    refused = ptrace_refused or _ptrace_refused
+    # With --subprocesses py-spy reports a process it may not trace as "No python processes
+    # found" (or says nothing if stopped while it retries): ask the kernel ourselves.
+    if "permission denied" in text or "operation not permitted" in text or refused(pid):
+        return AttachError(PTRACE_HELP.format(pid=pid))
+    if "failed to get process executable name" in text or "no such process" in text:
+        return AttachError(
+            f"process {pid} is gone (py-spy could not open it): check the PID, or use --discover"
+        )
+    if "python" in text and ("failed to find" in text or "version" in text or "no python" in text):
+        return AttachError(
+            f"process {pid} does not look like a Python process to py-spy ({last_line(output)}): "
+            "point --pid at the vLLM API server, EngineCore or worker"
+        )
+    return SamplerError(f"py-spy failed on process {pid}: {last_line(output) or 'no message'}")
+
+
+def _ptrace_refused(pid: int) -> bool:
+    """py-spy reads /proc of its own PID namespace, so this asks the same /proc it does."""
+    try:
+        os.readlink(f"/proc/{pid}/exe")  # needs ptrace read access, as attaching does
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def last_line(text: str) -> str:
+    """py-spy's first error line, else its first line that is not a status line."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and "py-spy>" not in ln]
+    errors = [ln for ln in lines if ln.startswith("Error")]
+    return (errors or lines or [""])[0]
