@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -64,8 +63,7 @@ def _guard(checks: list[Check], name: str, fn: Callable[[], tuple[Check, _T]]) -
 
 def _py_spy(config: Config) -> tuple[Check, SubprocessPySpy]:
     spy = SubprocessPySpy.find(config.sampling.py_spy)
-    version = subprocess.run([spy.binary, "--version"], capture_output=True, text=True,
-                             timeout=10).stdout.strip()  # fmt: skip
+    version = spy.version()
     return Check("py-spy", Status.OK, f"{spy.binary} ({version or 'version unknown'})"), spy
 
 
@@ -84,11 +82,10 @@ def _ptrace(spy: SubprocessPySpy | None, target: Deployment | None) -> Check:
         fix = "" if has_cap else PTRACE_HELP.format(pid="<vLLM>")
         return Check("ptrace", status, detail + " (not tried: no target or py-spy)", fix)
     # --nonblocking: the check must not pause the server it is checking.
-    result = subprocess.run([spy.binary, "dump", "--nonblocking", "--pid", str(target.root.pid)],
-                            capture_output=True, text=True, timeout=60)  # fmt: skip
-    if result.returncode == 0:
+    code, output = spy.dump(target.root.pid)
+    if code == 0:
         return Check("ptrace", Status.OK, detail + f"; py-spy dump of {target.root.pid} works")
-    why = explain_failure(target.root.pid, result.stderr + result.stdout)
+    why = explain_failure(target.root.pid, output)
     return Check("ptrace", Status.FAIL, detail, str(why))
 
 

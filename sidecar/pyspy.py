@@ -141,6 +141,19 @@ class SubprocessPySpy:
             "or pass --py-spy /path/to/py-spy"
         )
 
+    def version(self) -> str | None:
+        """What `py-spy --version` says, or None when it says nothing."""
+        result = subprocess.run([self.binary, "--version"], capture_output=True, text=True,
+                                timeout=10, check=False)  # fmt: skip
+        return result.stdout.strip() or None
+
+    def dump(self, pid: int, timeout_s: float = 60.0) -> tuple[int, str]:
+        """One `py-spy dump --nonblocking` of `pid` (never pauses it): exit code and output."""
+        result = subprocess.run([self.binary, "dump", "--nonblocking", "--pid", str(pid)],
+                                capture_output=True, text=True, timeout=timeout_s,
+                                check=False)  # fmt: skip
+        return result.returncode, result.stderr + result.stdout
+
     def record(self, request: RecordRequest, stop: Callable[[], bool]) -> RecordOutcome:
         with tempfile.TemporaryDirectory(prefix="vllm-sidecar-") as tmp:
             out = Path(tmp) / "raw.txt"
