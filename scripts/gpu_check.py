@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from sidecar.gpu import NvmlApi, NvmlReader, PynvmlApi, record_fixture  # noqa: E402
+from sidecar.gpu import NvmlApi, NvmlReader, PynvmlApi  # noqa: E402
+from sidecar.gpu.record import record_fixture  # noqa: E402
 from sidecar.pidmap import PidMap  # noqa: E402
 from sidecar.procfs import ProcFs  # noqa: E402
 

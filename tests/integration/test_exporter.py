@@ -32,7 +32,7 @@ from sidecar.exporter import (
     parse_listen,
     start_exporter,
 )
-from sidecar.gpu import NvmlReader, RecordedNvml
+from sidecar.gpu import NvmlReader
 from sidecar.parsers import parse_file
 from sidecar.records import Phase, ProcessInfo, Role
 from sidecar.resources import HostMemory, kv_cache
@@ -40,6 +40,7 @@ from sidecar.rules import load_rules
 from sidecar.sampler import Window
 from sidecar.snapshot import Readings, build_snapshot
 from sidecar.vllm_metrics import parse_scrape, serving_figures
+from tests.nvml_double import RecordedNvml
 
 pytestmark = pytest.mark.integration
 

@@ -30,13 +30,13 @@ from sidecar.gpu import (
     Outcome,
     ProcessKind,
     PynvmlApi,
-    RecordedNvml,
-    record_fixture,
 )
 from sidecar.gpu import nvml as nvml_module
 from sidecar.gpu.nvml import process_info
+from sidecar.gpu.record import record_fixture
 from sidecar.pidmap import PidMap, PidMatch
 from sidecar.procfs import ProcFs
+from tests.nvml_double import RecordedNvml
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 NVML = FIXTURES / "nvml"
@@ -94,7 +94,7 @@ def test_single_gpu_reading_converts_nvml_units() -> None:
     assert gpu.pcie_rx_bytes_per_s == 118342 * 1024
     assert gpu.power_w == pytest.approx(412.345)  # from mW
     assert (gpu.sm_clock_mhz, gpu.temperature_c) == (1980, 61)
-    assert (gpu.mig, gpu.mig_enabled, gpu.parent_index, gpu.lost) == (False, False, None, False)
+    assert (gpu.mig, gpu.mig_enabled, gpu.mig_index, gpu.lost) == (False, False, None, False)
     [process] = gpu.processes
     assert (process.pid, process.used_memory_bytes, process.kind) == (
         523190,
@@ -160,7 +160,8 @@ def test_mig_gpu_lists_processes_per_instance() -> None:
     assert (parent.mig, parent.mig_enabled, parent.processes) == (False, True, ())
     assert parent.power_w == pytest.approx(221.45)
     assert [d.label for d in reading.devices] == ["gpu0", "gpu0/mig0", "gpu0/mig1"]
-    assert (first.mig, first.parent_index, first.gpu_instance_id, first.compute_instance_id) == (
+    # An instance carries its parent's index: both are GPU 0 to NVML and to CUDA's order.
+    assert (first.mig, first.index, first.gpu_instance_id, first.compute_instance_id) == (
         True,
         0,
         1,

@@ -11,7 +11,7 @@ import pytest
 
 from sidecar.classifier import Classifier
 from sidecar.cli import main
-from sidecar.gpu import NvmlReader, RecordedNvml
+from sidecar.gpu import NvmlReader
 from sidecar.parsers import parse_file
 from sidecar.records import ProcessInfo, Role
 from sidecar.report import render, report_data
@@ -21,6 +21,7 @@ from sidecar.sampler import Window
 from sidecar.snapshot import Readings, build_snapshot
 from sidecar.vllm_metrics import parse_scrape, serving_figures
 from sidecar.writers import write_snapshot
+from tests.nvml_double import RecordedNvml
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 RAW = FIXTURES / "recorded" / "v0.32.0-cpu-record-mixed.raw.txt"
