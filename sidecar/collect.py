@@ -14,11 +14,21 @@ from pathlib import Path
 
 from sidecar.classifier import Classifier
 from sidecar.discovery import Deployment
-from sidecar.gpu import GpuReading, NvmlReader
+from sidecar.gpu import (
+    GpuFigures,
+    GpuReading,
+    GpuUtilization,
+    NvmlReader,
+    UtilizationPoller,
+    gpu_figures,
+    target_gpus,
+)
+from sidecar.kvcache import KvCache, kv_cache
+from sidecar.modelconfig import kv_inputs, serve_args
 from sidecar.pidmap import PidMap
 from sidecar.procfs import ProcFs
-from sidecar.records import Role
-from sidecar.resources import KvCache, PsutilReader, kv_bytes_per_token, kv_cache, model_dir_of
+from sidecar.records import ProcessInfo, Role
+from sidecar.resources import PsutilReader
 from sidecar.sampler import Sampler
 from sidecar.snapshot import Readings, Snapshot, build_snapshot
 from sidecar.vllm_metrics import (
@@ -42,6 +52,9 @@ class Collector:
     gpu: NvmlReader | None = None
     host_procfs: ProcFs | None = None
     psutil_reader: PsutilReader = field(default_factory=PsutilReader)
+    # The last window's GPU figures (target GPUs, one line each, utilisation through the
+    # window), until Readings carries them.
+    last_gpu_figures: GpuFigures | None = field(default=None, init=False)
 
     def collect(self, duration_s: float, stop: Callable[[], bool] = lambda: False) -> Snapshot:
         processes = self.target.processes
@@ -49,8 +62,15 @@ class Collector:
         first = take_scrape(self.metrics) if self.metrics else None
         pidmap = self._pidmap()  # once a window: the target's PIDs do not change within it
         gpu_start = self.gpu.read(pidmap) if self.gpu else None
-        window = self.sampler.window(duration_s, stop)
+        poller = UtilizationPoller(self.gpu) if self.gpu else None
+        if poller:
+            poller.start()
+        try:
+            window = self.sampler.window(duration_s, stop)
+        finally:
+            utilization = poller.stop() if poller else ()
         gpu_end = self.gpu.read(pidmap) if self.gpu else None
+        self.last_gpu_figures = self._gpu_figures(gpu_end, utilization)
         serving = (
             serving_figures(first, take_scrape(self.metrics)) if first and self.metrics else None
         )
@@ -59,7 +79,7 @@ class Collector:
             process_stats=self.psutil_reader.finish(processes, window.duration_s),
             host_memory=host,
             gpu=gpu_end,
-            gpu_util_start=_mean_util(gpu_start),
+            gpu_util_start=_mean_util(gpu_start, self.last_gpu_figures),
             serving=serving,
             metrics_url=self.metrics.url if self.metrics else None,
         )
@@ -71,25 +91,35 @@ class Collector:
             return None
         return PidMap.build(self.procfs, self.target.pids, host_procfs=self.host_procfs)
 
+    def _gpu_figures(
+        self, reading: GpuReading | None, utilization: tuple[GpuUtilization, ...]
+    ) -> GpuFigures | None:
+        if reading is None:
+            return None
+        api = self._api_server()
+        world = serve_args(api.cmdline).world_size if api else None
+        target = target_gpus(reading, self.target.pids, self.procfs.environ, world)
+        return gpu_figures(reading, target, utilization)
+
     def _kv_cache(self, r: Readings) -> KvCache | None:
         if r.serving is None or not r.serving.cache_config:
             return None
-        api = next((p for p in self.target.processes if p.role is Role.API_SERVER), None)
-        model = model_dir_of(api, self.procfs.root) if api else None
-        per_token = (
-            kv_bytes_per_token(model, r.serving.cache_config.get("cache_dtype")) if model else None
-        )
-        gpu_total = None
-        if r.gpu and r.gpu.available and r.gpu.devices:
-            gpu_total = sum(d.memory_total_bytes or 0 for d in r.gpu.devices if not d.mig) or None
-        return kv_cache(r.serving.cache_config, r.serving.kv_cache_usage, gpu_total,
-                        r.host_memory, per_token)  # fmt: skip
+        gpus = self.last_gpu_figures.memory_totals if self.last_gpu_figures else None
+        host = r.host_memory.total_bytes if r.host_memory else None
+        inputs = kv_inputs(self.procfs, self._api_server(), gpus, host)
+        return kv_cache(r.serving.cache_config, r.serving.kv_cache_usage, inputs)
+
+    def _api_server(self) -> ProcessInfo | None:
+        return next((p for p in self.target.processes if p.role is Role.API_SERVER), None)
 
 
-def _mean_util(reading: GpuReading | None) -> float | None:
+def _mean_util(reading: GpuReading | None, figures: GpuFigures | None) -> float | None:
+    """Mean utilisation of the target's GPUs (all GPUs when they are unknown) in `reading`."""
     if reading is None or not reading.available:
         return None
-    utils = [d.util_gpu_pct for d in reading.devices if d.util_gpu_pct is not None]
+    mine = set(figures.target.indexes) if figures else None
+    utils = [d.util_gpu_pct for d in reading.devices
+             if d.util_gpu_pct is not None and (mine is None or d.index in mine)]  # fmt: skip
     return sum(utils) / len(utils) if utils else None
 
 

@@ -1,13 +1,14 @@
 """GPU readings through NVML, behind a seam.
 
-    records   GpuReading / GpuDevice / GpuProcess: the frozen output (no pynvml)
-    nvml      NvmlApi (the Protocol), PynvmlApi (the real pynvml), NvmlError / NvmlReturn
-    policy    POLICY: what each NVML error code does to a reading, as data
-    reader    NvmlReader: one reading per tick, every call through its one wrapper
-    record    record_fixture: a live NVML written as a test fixture (scripts/gpu_check.py)
+    records      GpuReading / GpuDevice / GpuProcess: the frozen output (no pynvml)
+    nvml         NvmlApi (the Protocol), PynvmlApi (the real pynvml), NvmlError / NvmlReturn
+    policy       POLICY: what each NVML error code does to a reading, as data
+    reader       NvmlReader: one reading per tick, every call through its one wrapper
+    utilization  UtilizationPoller / GpuUtilization: utilisation through the window
+    target       TargetGpus / GpuFigures: the GPUs the target uses, one line each
+    record       record_fixture: a live NVML written as a test fixture (scripts/gpu_check.py)
 
 The test double that plays fixtures back is `tests/nvml_double.py` (`RecordedNvml`).
-
 Importing this package never imports pynvml; `PynvmlApi.init` does.
 """
 
@@ -15,13 +16,26 @@ from sidecar.gpu.nvml import NvmlApi, NvmlError, NvmlReturn, PynvmlApi
 from sidecar.gpu.policy import POLICY, Outcome
 from sidecar.gpu.reader import NvmlReader
 from sidecar.gpu.records import CPU_MODE, GpuDevice, GpuProcess, GpuReading, ProcessKind
+from sidecar.gpu.target import (
+    GpuFigures,
+    GpuSelection,
+    GpuUse,
+    TargetGpus,
+    gpu_figures,
+    target_gpus,
+)
+from sidecar.gpu.utilization import GpuUtilization, UtilizationPoller
 
 __all__ = [
     "CPU_MODE",
     "POLICY",
     "GpuDevice",
+    "GpuFigures",
     "GpuProcess",
     "GpuReading",
+    "GpuSelection",
+    "GpuUse",
+    "GpuUtilization",
     "NvmlApi",
     "NvmlError",
     "NvmlReader",
@@ -29,4 +43,8 @@ __all__ = [
     "Outcome",
     "ProcessKind",
     "PynvmlApi",
+    "TargetGpus",
+    "UtilizationPoller",
+    "gpu_figures",
+    "target_gpus",
 ]

@@ -33,9 +33,10 @@ from sidecar.exporter import (
     start_exporter,
 )
 from sidecar.gpu import NvmlReader
+from sidecar.kvcache import KvInputs, kv_cache
 from sidecar.parsers import parse_file
 from sidecar.records import Phase, ProcessInfo, Role
-from sidecar.resources import HostMemory, kv_cache
+from sidecar.resources import HostMemory
 from sidecar.rules import load_rules
 from sidecar.sampler import Window
 from sidecar.snapshot import Readings, build_snapshot
@@ -71,8 +72,9 @@ def _summary(gpu: bool, metrics: bool) -> dict[str, Any]:
     # h100_tp1.yaml: NVML reports host PID 523190, which is PID 28 in the container.
     reading = NvmlReader(RecordedNvml.load(FIXTURES / "nvml" / "h100_tp1.yaml")).read({523190: 28})
     figures = _serving() if metrics else None
-    total = sum(d.memory_total_bytes or 0 for d in reading.devices)
-    kv = kv_cache(figures.cache_config, figures.kv_cache_usage, total, HOST) if figures else None
+    inputs = KvInputs(gpu_totals={d.label: d.memory_total_bytes or 0 for d in reading.devices},
+                      host_total=HOST.total_bytes)  # fmt: skip
+    kv = kv_cache(figures.cache_config, figures.kv_cache_usage, inputs) if figures else None
     processes = (
         ProcessInfo(1, 100, 0, ("vllm", "serve"), "vllm serve", Role.API_SERVER),
         ProcessInfo(28, 110, 1, ("VLLM::EngineCore",), "VLLM::EngineCore", Role.ENGINE_CORE),

@@ -12,10 +12,11 @@ import pytest
 from sidecar.classifier import Classifier
 from sidecar.cli import main
 from sidecar.gpu import NvmlReader
+from sidecar.kvcache import KvInputs, kv_cache
 from sidecar.parsers import parse_file
 from sidecar.records import ProcessInfo, Role
 from sidecar.report import render, report_data
-from sidecar.resources import HostMemory, ProcessStats, kv_cache
+from sidecar.resources import HostMemory, ProcessStats
 from sidecar.rules import load_rules
 from sidecar.sampler import Window
 from sidecar.snapshot import Readings, build_snapshot
@@ -59,10 +60,9 @@ def summary(*, gpu: bool, metrics: bool, stacks: bool = True) -> dict[str, Any]:
         NvmlReader(RecordedNvml.load(FIXTURES / "nvml" / "h100_tp1.yaml")).read() if gpu else None
     )
     figures = serving() if metrics else None
-    gpu_total = sum(d.memory_total_bytes or 0 for d in reading.devices) if reading else None
-    kv = (
-        kv_cache(figures.cache_config, figures.kv_cache_usage, gpu_total, HOST) if figures else None
-    )
+    gpus = {d.label: d.memory_total_bytes or 0 for d in reading.devices} if reading else None
+    inputs = KvInputs(gpu_totals=gpus, host_total=HOST.total_bytes)
+    kv = kv_cache(figures.cache_config, figures.kv_cache_usage, inputs) if figures else None
     readings = Readings(
         process_stats=(ProcessStats(523190, "api_server", 650 << 20, 0.8, 0.1, 12),),
         host_memory=HOST, gpu=reading, serving=figures, metrics_url="u", kv_cache=kv,
