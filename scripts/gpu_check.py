@@ -3,9 +3,13 @@
 A child process takes a CUDA context, allocates a known block (2 GiB by default) and runs
 matmuls in a loop, reporting torch.cuda.memory_allocated / memory_reserved on stdout. Meanwhile
 `sidecar.gpu.NvmlReader` (the real pynvml) reads that child's per-process memory and its
-GPU's utilisation for ~10 s. The check passes when NVML found the child's PID and
+GPU's utilisation for ~10 s, and `UtilizationPoller` polls utilisation as the sidecar does
+through a window. The check passes when NVML found the child's PID and
 
     reserved <= NVML used <= reserved + slack (1.5 GiB: CUDA context, cuBLAS, NCCL-free)
+
+and the sidecar's `target_gpus` puts the child on the GPU torch says it uses (by UUID). It
+also prints each GPU's memory as the sidecar reports it (GiB) beside nvidia-smi's MiB.
 
 Exit codes: 0 pass, 1 a check failed, 2 no usable NVIDIA GPU (no NVML, no PyTorch, no CUDA).
 `--record PATH` writes an NVML fixture of this machine for tests/fixtures/nvml instead.
@@ -18,6 +22,7 @@ import importlib.util
 import json
 import os
 import queue
+import re
 import statistics
 import subprocess
 import sys
@@ -31,13 +36,26 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from sidecar.gpu import NvmlApi, NvmlReader, PynvmlApi, record_fixture  # noqa: E402
+from sidecar.gpu import (  # noqa: E402
+    GpuReading,
+    GpuSelection,
+    GpuUtilization,
+    NvmlApi,
+    NvmlReader,
+    PynvmlApi,
+    UtilizationPoller,
+    gpu_figures,
+    target_gpus,
+)
+from sidecar.gpu.record import record_fixture  # noqa: E402
 from sidecar.pidmap import PidMap  # noqa: E402
 from sidecar.procfs import ProcFs  # noqa: E402
+from sidecar.sizes import format_bytes, format_mib  # noqa: E402
 
 GIB = 1 << 30
 EXIT_PASS, EXIT_FAIL, EXIT_NO_GPU = 0, 1, 2
 CHILD_START_TIMEOUT_S = 300.0  # importing torch and creating a context can take a while
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -104,6 +122,7 @@ class Samples:
     matched: set[str] = field(default_factory=set)
     readings: int = 0
     missing_memory: int = 0
+    last: GpuReading | None = None  # the last available reading, for the sidecar's figures
 
 
 class Child:
@@ -172,12 +191,17 @@ def check(args: argparse.Namespace, reader: NvmlReader) -> int:
         child.say("go")
         ready = child.expect("ready", 120)
         samples = Samples()
-        deadline = time.monotonic()
-        end = deadline + args.seconds
-        while deadline < end:  # absolute deadlines, so slow readings do not stretch the run
-            sample(reader, pidmap, child.process.pid, samples)
-            deadline += args.interval
-            time.sleep(max(0.0, deadline - time.monotonic()))
+        poller = UtilizationPoller(reader, interval_s=args.interval)
+        poller.start()
+        try:
+            deadline = time.monotonic()
+            end = deadline + args.seconds
+            while deadline < end:  # absolute deadlines: slow readings do not stretch the run
+                sample(reader, pidmap, child.process.pid, samples)
+                deadline += args.interval
+                time.sleep(max(0.0, deadline - time.monotonic()))
+        finally:
+            utilization = poller.stop()
         child.say("stop")
         done = child.expect("done", 60)
     except NoCuda as error:
@@ -188,7 +212,8 @@ def check(args: argparse.Namespace, reader: NvmlReader) -> int:
         return EXIT_FAIL
     finally:
         child.stop()
-    return report(args, child.process.pid, context, at_context, ready, done, samples)
+    extra = sidecar_figures(args, child.process.pid, context, samples, utilization)
+    return report(args, child.process.pid, context, at_context, ready, done, samples, extra)
 
 
 def build_pidmap(args: argparse.Namespace, pid: int) -> PidMap:
@@ -199,6 +224,8 @@ def build_pidmap(args: argparse.Namespace, pid: int) -> PidMap:
 def sample(reader: NvmlReader, pidmap: PidMap, pid: int, into: Samples) -> Samples:
     reading = reader.read(pidmap)
     into.readings += 1
+    if reading.available:
+        into.last = reading
     found = reading.for_target(pid)
     if not found:
         return into
@@ -225,6 +252,7 @@ def report(
     ready: dict[str, Any],
     done: dict[str, Any],
     samples: Samples,
+    extra: tuple[list[tuple[str, str]], list[str]] = ([], []),
 ) -> int:
     reserved = int(done["reserved"])
     slack = int(args.slack_gib * GIB)
@@ -263,6 +291,8 @@ def report(
     rows.append(("GPU utilisation mean", util))
     rows.append(("matched PID as", ", ".join(sorted(samples.matched)) or "-"))
     rows.append(("matmul iterations", str(done.get("iterations", "?"))))
+    rows += extra[0]
+    failures += extra[1]
     print(
         f"gpu-check: child PID {pid} on {', '.join(sorted(samples.devices)) or '?'}; "
         f"torch {context['torch']}, CUDA {context['cuda']}, {context['name']}; "
@@ -275,6 +305,43 @@ def report(
         print(f"gpu-check: FAIL: {failure}", file=sys.stderr)
     print("gpu-check: PASS" if not failures else "gpu-check: FAIL")
     return EXIT_FAIL if failures else EXIT_PASS
+
+
+def sidecar_figures(
+    args: argparse.Namespace,
+    pid: int,
+    context: dict[str, Any],
+    samples: Samples,
+    utilization: tuple[GpuUtilization, ...],
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """The report's GPU figures as the sidecar computes them, and what contradicts torch."""
+    reading = samples.last
+    if reading is None:
+        return [], []
+    rows = [
+        (f"{d.label} memory used / total",
+         f"{format_bytes(d.memory_used_bytes)} / {format_bytes(d.memory_total_bytes)} "
+         f"(nvidia-smi: {format_mib(d.memory_used_bytes)} / {format_mib(d.memory_total_bytes)})")
+        for d in reading.devices
+    ]  # fmt: skip
+    target = target_gpus(reading, [pid], ProcFs(args.proc_root).environ, world_size=1)
+    figures = gpu_figures(reading, target, utilization)
+    if target is None or figures is None:
+        return rows, []
+    rows.append(("child's GPU, as the sidecar finds it",
+                 f"{', '.join(target.labels) or '-'} ({target.how}: {target.detail})"))  # fmt: skip
+    for use in figures.devices:
+        polled = use.utilization.text if use.utilization else "not polled"
+        rows.append((f"{use.label} utilisation, polled through the run", polled))
+    failures = []
+    want = str(context.get("uuid") or "")
+    if UUID.fullmatch(want) and target.how is GpuSelection.NVML_PROCESSES:
+        uuids = [(d.uuid or "").lower() for d in reading.devices if d.label in target.labels]
+        if not any(want.lower() in uuid for uuid in uuids):
+            failures.append(f"the sidecar puts the child on {target.labels}; torch on {want}")
+    if samples.util and not any(u.samples for u in utilization):
+        failures.append("NVML answered utilisation to readings but not to the poller")
+    return rows, failures
 
 
 def gib(value: int | float) -> str:

@@ -22,7 +22,7 @@ class LabelledStack:
 
 
 @dataclass(frozen=True, slots=True)
-class Summary:
+class PhaseSummary:
     samples: int
     phases: Mapping[str, PhaseCount]  # every phase, with its samples and share of all
     by_role: Mapping[str, Mapping[str, float]]  # role -> phase -> share of that role's samples
@@ -62,7 +62,7 @@ def _roles_from_stacks(labelled: Iterable[LabelledStack]) -> dict[int, Role]:
     return {pid: next(r for r in ROLE_ORDER if r in found) for pid, found in seen.items()}
 
 
-def summarize(labelled: Iterable[LabelledStack], top_other: int = 5) -> Summary:
+def summarize(labelled: Iterable[LabelledStack], top_other: int = 5) -> PhaseSummary:
     phase_n: Counter[str] = Counter()
     role_phase: dict[str, Counter[str]] = defaultdict(Counter)
     main_phase: dict[str, Counter[str]] = defaultdict(Counter)
@@ -79,7 +79,7 @@ def summarize(labelled: Iterable[LabelledStack], top_other: int = 5) -> Summary:
         if label.phase is Phase.OTHER:
             other[label.role.value][_leaf(ls.stack)] += n
     total = sum(phase_n.values())
-    return Summary(
+    return PhaseSummary(
         samples=total,
         phases={p.value: _entry(phase_n[p.value], total) for p in Phase},
         by_role={r: _shares(c) for r, c in sorted(role_phase.items())},

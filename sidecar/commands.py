@@ -9,8 +9,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sidecar.classifier import Classifier
-from sidecar.collect import Collector, host_procfs, metrics_source_for, open_gpu_reader
 from sidecar.discovery import configured_target
+from sidecar.pipeline import (
+    WindowReaders,
+    host_procfs,
+    metrics_source_for,
+    open_gpu_reader,
+    profile_window,
+)
 from sidecar.procfs import ProcFs
 from sidecar.pyspy import SubprocessPySpy, whole_rate
 from sidecar.records.summary import SnapshotSummary
@@ -50,20 +56,17 @@ def take_snapshot(
         segment_s=5.0 if budget else options.duration_s,
         alive=lambda: target.still_alive(procfs),
     )
-    collector = Collector(
-        target=target,
-        sampler=sampler,
-        classifier=Classifier(rules),
+    readers = WindowReaders(
         procfs=procfs,
         metrics=metrics_source_for(target, config.metrics.url, config.metrics.timeout_s),
         gpu=open_gpu_reader(config.gpu),
         host_procfs=host_procfs(config.target.host_proc),
     )
     try:
-        snap = collector.collect(options.duration_s)
+        snap = profile_window(target, sampler, Classifier(rules), readers, options.duration_s)
     finally:
-        if collector.gpu:
-            collector.gpu.close()
+        if readers.gpu:
+            readers.gpu.close()
     folder = write_snapshot(snap, options.out)
     if snap.window.partial:
         log.warning("partial window: %s", snap.window.partial_reason)

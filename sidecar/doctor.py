@@ -11,10 +11,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TypeVar
 
-from sidecar.collect import metrics_source_for, open_gpu_reader
 from sidecar.config import Config
 from sidecar.discovery import Deployment, configured_target
 from sidecar.errors import SidecarError
+from sidecar.pipeline import metrics_source_for, open_gpu_reader
 from sidecar.procfs import ProcFs
 from sidecar.pyspy import PTRACE_HELP, SubprocessPySpy, explain_failure
 from sidecar.vllm_metrics import take_scrape

@@ -17,12 +17,18 @@ from pathlib import Path
 from typing import Protocol
 
 from sidecar.classifier import Classifier
-from sidecar.collect import Collector, host_procfs, metrics_source_for, open_gpu_reader
 from sidecar.config import Config
 from sidecar.discovery import Deployment
 from sidecar.errors import ConfigError
 from sidecar.failures import Failure, WindowFailure
 from sidecar.gpu import NvmlReader
+from sidecar.pipeline import (
+    WindowReaders,
+    host_procfs,
+    metrics_source_for,
+    open_gpu_reader,
+    profile_window,
+)
 from sidecar.procfs import ProcFs
 from sidecar.pyspy import PySpyRunner, SubprocessPySpy
 from sidecar.rules import RuleSet, load_rules
@@ -157,11 +163,10 @@ def real_collector(
         except MetricsUrlError as exc:
             unread = str(exc)
     watch = _ScrapeWatch()
-    collector = Collector(target=target, sampler=sampler, classifier=parts.classifier,
-                          procfs=parts.procfs, metrics=metrics, gpu=parts.gpu,
-                          host_procfs=host_procfs(config.target.host_proc),
-                          metrics_unread=unread, scrape=watch.scrape)  # fmt: skip
-    return _Readers(collector, watch, unread)
+    readers = WindowReaders(procfs=parts.procfs, metrics=metrics, gpu=parts.gpu,
+                            host_procfs=host_procfs(config.target.host_proc),
+                            metrics_unread=unread, scrape=watch.scrape)  # fmt: skip
+    return _Window(target, sampler, parts.classifier, readers, watch)
 
 
 class _ScrapeWatch:
@@ -178,18 +183,21 @@ class _ScrapeWatch:
 
 
 @dataclass(frozen=True, slots=True)
-class _Readers:
-    """The real window: the collector's snapshot, with the failures only its readers saw."""
+class _Window:
+    """The real window: the pipeline's snapshot, with the failures only its readers saw."""
 
-    collector: Collector
+    target: Deployment
+    sampler: Sampler
+    classifier: Classifier
+    readers: WindowReaders
     watch: _ScrapeWatch
-    metrics_unread: str | None
 
     def collect(self, duration_s: float, stop: Callable[[], bool]) -> WindowResult:
-        snapshot = self.collector.collect(duration_s, stop)
+        snapshot = profile_window(self.target, self.sampler, self.classifier, self.readers,
+                                  duration_s, stop)  # fmt: skip
         failures = []
-        if self.metrics_unread is not None:
-            failures.append(Failure(WindowFailure.METRICS_URL, self.metrics_unread))
+        if self.readers.metrics_unread is not None:
+            failures.append(Failure(WindowFailure.METRICS_URL, self.readers.metrics_unread))
         if self.watch.errors:
             failures.append(Failure(WindowFailure.METRICS_SCRAPE, self.watch.errors[-1]))
         return WindowResult(snapshot, tuple(failures))

@@ -136,16 +136,6 @@ class PidMap:
         """Targets (by view PID) whose host PID is unknown: NVML's PIDs cannot reach them."""
         return tuple(entry.view for entry in self.entries if entry.host is None)
 
-    def to_host(self, local_pid: int) -> int | None:
-        """The host PID of the target whose own PID is `local_pid`; None if unknown or ambiguous."""
-        entry = _only(self._by[PidMatch.LOCAL].get(local_pid, ()))
-        return entry.host if entry is not None else None
-
-    def to_local(self, host_pid: int) -> int | None:
-        """The own (innermost) PID of the target whose host PID is `host_pid`."""
-        entry = _only(self._by[PidMatch.HOST].get(host_pid, ()))
-        return entry.local if entry is not None else None
-
     def candidates(self, pid: int) -> list[tuple[NsPid, PidMatch]]:
         """Every target that `pid` could be, with the namespace it would be in, most likely first.
 
@@ -158,11 +148,6 @@ class PidMap:
                 if all(entry is not seen for seen, _ in found):
                     found.append((entry, namespace))
         return found
-
-
-def _only(entries: Iterable[NsPid]) -> NsPid | None:
-    distinct = list(entries)
-    return distinct[0] if len(distinct) == 1 else None
 
 
 def _hosts_from(

@@ -58,6 +58,22 @@ def parse_nspid(status: str) -> tuple[int, ...]:
     return ()  # kernels before 4.1 have no NSpid line
 
 
+def parse_environ(raw: bytes) -> dict[str, str]:
+    """Split a NUL-separated `/proc/PID/environ` into a dict.
+
+    The file holds the environment the process was *started* with (what `execve` got); later
+    `os.environ` changes inside the process do not show. An entry without `=` is not a
+    variable (a program can put anything there) and is skipped; for a name given twice, the
+    first wins, as `getenv` reads it.
+    """
+    env: dict[str, str] = {}
+    for entry in raw.decode("utf-8", errors="replace").split("\0"):
+        name, sep, value = entry.partition("=")
+        if sep and name and name not in env:
+            env[name] = value
+    return env
+
+
 def title_of(cmdline: tuple[str, ...], comm: str) -> str:
     """What `ps` shows: the arguments joined, or `[comm]` for a process without any."""
     title = " ".join(cmdline).strip()
@@ -98,6 +114,25 @@ class ProcFs:
             title=title_of(cmdline, comm),
             nspid=nspid,
         )
+
+    def environ(self, pid: int) -> dict[str, str] | None:
+        """The environment `pid` started with, or None if it vanished or may not be read.
+
+        `/proc/PID/environ` is readable by the process's owner and by root, and needs
+        ptrace-read access (the sidecar's SYS_PTRACE); a kernel thread's is empty: {}.
+        """
+        try:
+            return parse_environ((self.root / str(pid) / "environ").read_bytes())
+        except _GONE:
+            return None
+
+    def cwd(self, pid: int) -> str | None:
+        """The working folder of `pid` as the process names it (a path in its own mount
+        namespace: read it through `root/`), or None when the link cannot be read."""
+        try:
+            return os.readlink(self.root / str(pid) / "cwd")
+        except OSError:
+            return None
 
     def snapshot(self) -> dict[int, ProcessInfo]:
         """Every process that could be read, by PID. Not atomic: processes may come and go."""

@@ -12,10 +12,13 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
+from sidecar.gpu import GpuFigures, figures_of
+from sidecar.kvcache import kv_cache_text
 from sidecar.records import Phase
 from sidecar.records.readings import KvCache, ServingFigures
 from sidecar.records.summary import SnapshotSummary
-from sidecar.render import ROLE_COLUMNS, format_bytes, format_bytes_pair, phase_table, table
+from sidecar.render import ROLE_COLUMNS, phase_table, table
+from sidecar.sizes import format_pair, format_share
 
 STEP = ("forward", "attention", "prefill", "decode", "sampling")
 
@@ -45,11 +48,30 @@ def caveats(s: SnapshotSummary) -> list[str]:
 def _memory(s: SnapshotSummary) -> dict[str, Any]:
     gpu, kv, host = s.gpu, s.kv_cache, s.resources.host_memory
     out: dict[str, Any] = {"device": "gpu" if gpu.available else "host"}
+    figures = _gpu_figures(s)
     devices = [d for d in gpu.devices if not d.mig]
-    if gpu.available and devices:
+    if figures is not None and figures.devices:
+        used = _sum(d.memory_used_bytes for d in figures.devices)
+        total = _sum(d.memory_total_bytes for d in figures.devices)
+        out.update(used_bytes=used, total_bytes=total, devices=len(figures.devices))
+        only = figures.devices[0] if len(figures.devices) == len(devices) == 1 else None
+        if only is not None:  # the host's one GPU: its utilisation on the GPU line itself
+            out["util"] = only.utilization.text if only.utilization else None
+            out["gpus"] = list(figures.target.caveats)
+        else:  # a subset of the host's GPUs, or tensor parallelism: one line per GPU
+            out["gpus"] = figures.lines()
+    elif gpu.available and devices:  # schema 1, or no device could be told the target's
         used = _sum(d.memory_used_bytes for d in devices)
         total = _sum(d.memory_total_bytes for d in devices)
-        out.update(used_bytes=used, total_bytes=total, devices=len(devices))
+        out.update(
+            used_bytes=used,
+            total_bytes=total,
+            devices=len(devices),
+            # schema 1 said nothing of which GPUs were the target's: say so where it matters
+            gpus=["all of this host's GPUs: which ones the target uses is unknown"]
+            if len(devices) > 1
+            else [],
+        )
     elif host:
         out.update(device="host", used_bytes=host.total_bytes - host.available_bytes,
                    total_bytes=host.total_bytes,
@@ -60,6 +82,12 @@ def _memory(s: SnapshotSummary) -> dict[str, Any]:
     if out["kv_cache"] is None:
         out["kv_cache_missing"] = kv.source if kv else _serving_reason(s.serving)
     return out
+
+
+def _gpu_figures(s: SnapshotSummary) -> GpuFigures | None:
+    if not s.gpu.available or s.gpu.target is None:
+        return None
+    return figures_of(s.gpu.devices, s.gpu.target, s.gpu.utilization)
 
 
 def _computation(s: SnapshotSummary) -> dict[str, Any]:
@@ -147,12 +175,12 @@ def _render_memory(m: Mapping[str, Any], kv: KvCache | None) -> str:
         lines.append(f"- Memory: not measured ({m['missing']})")
     else:
         what = "GPU" if m["device"] == "gpu" else "Host (CPU host, no GPU memory)"
-        lines.append(f"- {what}: {format_bytes_pair(m['used_bytes'], m['total_bytes'])} "
-                     f"({_pct(m['used_bytes'], m['total_bytes'])})")  # fmt: skip
+        used, total = m["used_bytes"], m["total_bytes"]
+        util = f"; {m['util']}" if m.get("util") else ""
+        lines.append(f"- {what}: {format_pair(used, total)} ({format_share(used, total)}){util}")
+    lines += [f"  - {line}" for line in m.get("gpus", ())]
     if kv and kv.bytes:
-        of = "of GPU" if kv.share_of == "gpu" else "of host memory"
-        share = f" ({100 * kv.share:.1f}% {of})" if kv.share is not None else ""
-        lines.append(f"- KV Cache: {format_bytes(kv.bytes)}{share}")
+        lines.append(f"- {kv_cache_text(kv)}")
     else:
         lines.append(f"- KV Cache: not measured ({m.get('kv_cache_missing')})")
     return "\n".join(lines)
@@ -232,10 +260,6 @@ def _sum(values: Any) -> int | None:
 
 def _gb_or(n: float | None) -> str:
     return "n/a" if n is None else f"{n / 2**30:.2f}"
-
-
-def _pct(a: float | None, b: float | None) -> str:
-    return "n/a" if not a or not b else f"{100 * a / b:.1f}%"
 
 
 def _pct_share(share: float | None) -> str:

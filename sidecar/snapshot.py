@@ -8,9 +8,9 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from sidecar.aggregate import LabelledStack, Summary, label_stacks, summarize
+from sidecar.aggregate import LabelledStack, PhaseSummary, label_stacks, summarize
 from sidecar.classifier import STEP_PHASES, Classifier
-from sidecar.gpu import GpuReading
+from sidecar.gpu import GpuFigures, GpuReading
 from sidecar.records import ProcessInfo, Role
 from sidecar.records.readings import HostMemory, KvCache, ProcessStats, ServingFigures
 from sidecar.records.summary import (
@@ -31,9 +31,9 @@ class Readings:
     process_stats: tuple[ProcessStats, ...] = ()
     host_memory: HostMemory | None = None
     gpu: GpuReading | None = None
+    gpu_figures: GpuFigures | None = None  # the target's GPUs, utilisation through the window
     gpu_util_start: float | None = None
     serving: ServingFigures | None = None
-    metrics_url: str | None = None
     kv_cache: KvCache | None = None
 
     def with_kv_cache(self, kv: KvCache | None) -> Readings:
@@ -48,7 +48,7 @@ class Snapshot:
     processes: tuple[ProcessInfo, ...]
     window: Window
     labelled: tuple[LabelledStack, ...]
-    summary_counts: Summary
+    phase_summary: PhaseSummary
     rules_source: str
     readings: Readings = field(default_factory=Readings)
 
@@ -59,7 +59,7 @@ class Snapshot:
 
     def summary(self, kind: str | None = None) -> SnapshotSummary:
         """The typed summary: what summary.json holds, and what every reader takes."""
-        w, s = self.window, self.summary_counts
+        w, s = self.window, self.phase_summary
         return SnapshotSummary(
             name=self.name,
             created_at=self.created_at,
@@ -79,7 +79,7 @@ class Snapshot:
             rules=self.rules_source,
             resources=ResourcesSection(self.readings.host_memory, self.readings.process_stats),
             gpu=_gpu_section(self.readings),
-            serving=_serving(self.readings),
+            serving=self.readings.serving or ServingFigures(reason="vLLM /metrics not read"),
             kv_cache=self.readings.kv_cache,
         )
 
@@ -106,7 +106,7 @@ def build_snapshot(
         processes=processes,
         window=window,
         labelled=labelled,
-        summary_counts=summarize(labelled),
+        phase_summary=summarize(labelled),
         rules_source=classifier.rules.source,
         readings=readings or Readings(),
     )
@@ -132,16 +132,11 @@ def _sampling(w: Window) -> SamplingSection:
 def _gpu_section(r: Readings) -> GpuSection:
     if r.gpu is None:
         return GpuSection(available=False, reason="GPU readings disabled")
-    g = r.gpu
+    g, figures = r.gpu, r.gpu_figures
     return GpuSection(available=g.available, reason=g.reason, devices=g.devices,
                       util_gpu_pct_start=r.gpu_util_start, unsupported=g.unsupported,
-                      errors=g.errors)  # fmt: skip
-
-
-def _serving(r: Readings) -> ServingFigures:
-    if r.serving is None:
-        return ServingFigures(url=r.metrics_url, reason="vLLM /metrics not read")
-    return r.serving
+                      errors=g.errors, target=figures.target if figures else None,
+                      utilization=figures.utilization if figures else ())  # fmt: skip
 
 
 def _process_entry(p: ProcessInfo) -> ProcessEntry:

@@ -73,21 +73,26 @@ def summary_json_schema() -> dict[str, Any]:
 
 
 def _from_v1(data: dict[str, Any]) -> dict[str, Any]:
-    """Schema 1 -> 2: the serving URL moves into the figures (it sat beside them already, so
-    only the `reason` of an unread /metrics needs keeping); kv_cache `bytes` was the configured
-    budget when vLLM reported one, else the blocks' size."""
+    """Schema 1 -> 2. Everything 1 wrote keeps its name and meaning except the KV cache's
+    `bytes`: 1 took vLLM's configured budget when vLLM reported one (`kv_cache_memory_bytes`,
+    `cpu_kvcache_space_bytes`), even where fewer blocks were allocated; 2 counts the blocks."""
     out = dict(data, schema=2)
     kv = data.get("kv_cache")
     if isinstance(kv, dict):
         out["kv_cache"] = _kv_from_v1(kv)
-    gpu = data.get("gpu")
-    if gpu is None:
-        out["gpu"] = {"available": False, "reason": "GPU readings disabled"}
     return out
 
 
 def _kv_from_v1(kv: Mapping[str, Any]) -> dict[str, Any]:
-    return dict(kv)
+    out = dict(kv)
+    size, source = kv.get("bytes"), str(kv.get("source") or "")
+    if "kv_cache_memory_bytes" in source or "cpu_kvcache_space_bytes" in source:
+        out.update(budget_bytes=size, budget_bytes_per_gpu=size, budget_source=source,
+                   caveats=["schema 1: the configured budget; the blocks vLLM allocated "
+                            "were not counted"])  # fmt: skip
+    elif size is not None:
+        out.update(allocated_bytes=size, allocated_bytes_per_gpu=size)
+    return out
 
 
 # UPGRADES[n - 1] turns schema n into schema n + 1.

@@ -9,6 +9,7 @@ Each (field, code) is logged once per reader. No library or no device is CPU mod
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -64,6 +65,8 @@ class NvmlReader:
         self._logged: set[tuple[object, ...]] = set()
         self._unsupported: list[str] = []
         self._errors: list[str] = []
+        # read() and read_utilization() (the poller's thread) share the per-read lists above.
+        self._lock = threading.Lock()
 
     def __enter__(self) -> NvmlReader:
         self.open()
@@ -111,22 +114,51 @@ class NvmlReader:
         if reason is not None:
             return GpuReading(taken_at, wall_time, available=False, reason=reason)
         pidmap = pids if isinstance(pids, PidMap) or pids is None else PidMap.from_pairs(pids)
-        self._unsupported, self._errors = [], []
-        try:
-            count = self._call("nvml.device_count", self._api.device_count) or 0
-            devices = tuple(device for i in range(count) for device in self._read_gpu(i, pidmap))
-        except _NvmlGone as gone:
-            self.close()  # the next read starts NVML again
-            return GpuReading(taken_at, wall_time, available=False, reason=str(gone))
+        with self._lock:
+            self._unsupported, self._errors = [], []
+            try:
+                count = self._call("nvml.device_count", self._api.device_count) or 0
+                devices = tuple(d for i in range(count) for d in self._read_gpu(i, pidmap))
+            except _NvmlGone as gone:
+                self.close()  # the next read starts NVML again
+                return GpuReading(taken_at, wall_time, available=False, reason=str(gone))
+            unsupported, errors = tuple(self._unsupported), tuple(self._errors)
         self._warn_unmapped(pidmap, devices)
         return GpuReading(
             taken_at,
             wall_time,
             available=True,
             devices=devices,
-            unsupported=tuple(self._unsupported),
-            errors=tuple(self._errors),
+            unsupported=unsupported,
+            errors=errors,
         )
+
+    def read_utilization(self) -> dict[str, int | None]:
+        """Each physical GPU's utilisation now (percent, None where it did not answer), by
+        label; {} while NVML is not open. For `UtilizationPoller`, from its thread: it never
+        starts or stops NVML, and what fails is logged by the same policy as `read`."""
+        with self._lock:
+            if not self._open:
+                return {}
+            self._unsupported, self._errors = [], []
+            try:
+                count = self._call("nvml.device_count", self._api.device_count) or 0
+                return {f"gpu{i}": self._utilization(i) for i in range(count)}
+            except _NvmlGone:
+                return {}  # the next read() closes and restarts NVML
+
+    def _utilization(self, index: int) -> int | None:
+        label = f"gpu{index}"
+        try:
+            handle = self._call(f"{label}.handle", self._api.device_handle, index)
+            rates = (
+                self._call(f"{label}.utilization", self._api.utilization_rates, handle)
+                if handle is not None
+                else None
+            )
+        except _DeviceLost:
+            return None
+        return rates.gpu if rates is not None else None
 
     # --- the one wrapper --------------------------------------------------------------------
 

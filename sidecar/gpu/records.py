@@ -80,10 +80,6 @@ class GpuDevice:
             f"gpu{self.index}" if self.mig_index is None else f"gpu{self.index}/mig{self.mig_index}"
         )
 
-    @property
-    def parent_index(self) -> int | None:
-        return self.index if self.mig else None
-
 
 @dataclass(frozen=True, slots=True)
 class GpuReading:

@@ -57,10 +57,42 @@ class ServingFigures:
 
 @dataclass(frozen=True, slots=True)
 class KvCache:
+    """The KV cache of one engine, per GPU (per worker) and over all of them.
+
+    `bytes` is the headline: `allocated_bytes` when the blocks could be counted in bytes, else
+    the budget over all workers when nothing overrode the blocks (then the blocks fill it),
+    else None. `workers` = tensor x pipeline parallel: the GPUs (CPU workers on a CPU host)
+    that each hold `num_blocks` blocks. `share` is `bytes` over the memory of the devices in
+    `share_devices` (the GPUs the target uses, or `host`).
+    """
+
     bytes: int | None
-    source: str  # which figure it came from, so a reader can judge it
-    share: float | None  # of GPU memory (GPU hosts) or of host memory (CPU hosts)
+    source: str  # how `bytes` was found, so a reader can judge it
+    share: float | None
     share_of: str | None  # "gpu" or "host"
     block_size: int | None = None
-    num_blocks: int | None = None
+    num_blocks: int | None = None  # per worker
     usage: float | None = None  # vLLM's kv_cache_usage_perc at the window's end
+    tokens: int | None = None  # per worker: num_blocks x block_size
+    bytes_per_token: int | None = None  # per worker
+    allocated_bytes_per_gpu: int | None = None
+    allocated_bytes: int | None = None  # all workers together
+    budget_bytes_per_gpu: int | None = None  # kv_cache_memory_bytes / cpu_kvcache_space_bytes
+    budget_bytes: int | None = None  # all workers together
+    budget_source: str | None = None
+    blocks_overridden: bool = False  # num_gpu_blocks_override was set
+    workers: int = 1
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+    dtype: str | None = None
+    layout: str | None = None
+    share_devices: tuple[str, ...] = ()
+    caveats: tuple[str, ...] = ()
+
+    @property
+    def budget_differs(self) -> bool:
+        """Whether the budget and the allocation differ by a block or more (so show both)."""
+        if self.budget_bytes_per_gpu is None or self.allocated_bytes_per_gpu is None:
+            return False
+        block = (self.block_size or 1) * (self.bytes_per_token or 1)
+        return abs(self.budget_bytes_per_gpu - self.allocated_bytes_per_gpu) >= block

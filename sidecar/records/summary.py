@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sidecar.gpu.records import GpuDevice
+from sidecar.gpu.target import TargetGpus
+from sidecar.gpu.utilization import GpuUtilization
 from sidecar.records import Role
 from sidecar.records.readings import HostMemory, KvCache, ProcessStats, ServingFigures
 
@@ -85,9 +87,11 @@ class GpuSection:
     available: bool = False
     reason: str | None = None
     devices: tuple[GpuDevice, ...] = ()
-    util_gpu_pct_start: float | None = None
+    util_gpu_pct_start: float | None = None  # the target's GPUs' mean, at the window's start
     unsupported: tuple[str, ...] = ()
     errors: tuple[str, ...] = ()
+    target: TargetGpus | None = None  # the GPUs the target uses, and how that was decided
+    utilization: tuple[GpuUtilization, ...] = ()  # polled through the window, per GPU
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,17 +26,18 @@ from sidecar import __version__
 from sidecar.classifier import Classifier
 from sidecar.errors import ConfigError
 from sidecar.exporter import ExporterHandle, ExporterState, start_exporter
-from sidecar.gpu import NvmlReader, RecordedNvml
+from sidecar.gpu import NvmlReader
+from sidecar.kvcache import KvInputs, kv_cache
 from sidecar.listen import ListenAddress, parse_listen
 from sidecar.parsers import parse_file
 from sidecar.records import Phase, ProcessInfo, Role
 from sidecar.records.readings import HostMemory
 from sidecar.records.summary import SnapshotSummary
-from sidecar.resources import kv_cache
 from sidecar.rules import load_rules
 from sidecar.sampler import Window
 from sidecar.snapshot import Readings, build_snapshot
 from sidecar.vllm_metrics import parse_scrape, serving_figures
+from tests.nvml_double import RecordedNvml
 
 pytestmark = pytest.mark.integration
 
@@ -67,14 +68,15 @@ def _summary(gpu: bool, metrics: bool) -> SnapshotSummary:
     # h100_tp1.yaml: NVML reports host PID 523190, which is PID 28 in the container.
     reading = NvmlReader(RecordedNvml.load(FIXTURES / "nvml" / "h100_tp1.yaml")).read({523190: 28})
     figures = _serving() if metrics else None
-    total = sum(d.memory_total_bytes or 0 for d in reading.devices)
-    kv = kv_cache(figures.cache_config, figures.kv_cache_usage, total, HOST) if figures else None
+    inputs = KvInputs(gpu_totals={d.label: d.memory_total_bytes or 0 for d in reading.devices},
+                      host_total=HOST.total_bytes)  # fmt: skip
+    kv = kv_cache(figures.cache_config, figures.kv_cache_usage, inputs) if figures else None
     processes = (
         ProcessInfo(1, 100, 0, ("vllm", "serve"), "vllm serve", Role.API_SERVER),
         ProcessInfo(28, 110, 1, ("VLLM::EngineCore",), "VLLM::EngineCore", Role.ENGINE_CORE),
     )
     readings = Readings(host_memory=HOST, gpu=reading if gpu else None, serving=figures,
-                        metrics_url="u", kv_cache=kv)  # fmt: skip
+                        kv_cache=kv)  # fmt: skip
     snap = build_snapshot(window, processes, Classifier(load_rules()), host="h", readings=readings)
     return snap.summary()
 

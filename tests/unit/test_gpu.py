@@ -13,6 +13,7 @@ import importlib.util
 import logging
 import sys
 import types
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,23 +21,34 @@ import pynvml
 import pytest
 import yaml
 
+from sidecar.classifier import Classifier
+from sidecar.discovery import Deployment
 from sidecar.gpu import (
     CPU_MODE,
     POLICY,
     GpuReading,
+    GpuSelection,
     NvmlError,
     NvmlReader,
     NvmlReturn,
     Outcome,
     ProcessKind,
     PynvmlApi,
-    RecordedNvml,
-    record_fixture,
+    UtilizationPoller,
+    gpu_figures,
+    target_gpus,
 )
 from sidecar.gpu import nvml as nvml_module
 from sidecar.gpu.nvml import process_info
+from sidecar.gpu.record import record_fixture
 from sidecar.pidmap import PidMap, PidMatch
+from sidecar.pipeline import WindowReaders, profile_window
 from sidecar.procfs import ProcFs
+from sidecar.records import Role
+from sidecar.report import render
+from sidecar.rules import load_rules
+from sidecar.sampler import Window
+from tests.nvml_double import RecordedNvml
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 NVML = FIXTURES / "nvml"
@@ -94,7 +106,7 @@ def test_single_gpu_reading_converts_nvml_units() -> None:
     assert gpu.pcie_rx_bytes_per_s == 118342 * 1024
     assert gpu.power_w == pytest.approx(412.345)  # from mW
     assert (gpu.sm_clock_mhz, gpu.temperature_c) == (1980, 61)
-    assert (gpu.mig, gpu.mig_enabled, gpu.parent_index, gpu.lost) == (False, False, None, False)
+    assert (gpu.mig, gpu.mig_enabled, gpu.mig_index, gpu.lost) == (False, False, None, False)
     [process] = gpu.processes
     assert (process.pid, process.used_memory_bytes, process.kind) == (
         523190,
@@ -160,7 +172,8 @@ def test_mig_gpu_lists_processes_per_instance() -> None:
     assert (parent.mig, parent.mig_enabled, parent.processes) == (False, True, ())
     assert parent.power_w == pytest.approx(221.45)
     assert [d.label for d in reading.devices] == ["gpu0", "gpu0/mig0", "gpu0/mig1"]
-    assert (first.mig, first.parent_index, first.gpu_instance_id, first.compute_instance_id) == (
+    # An instance carries its parent's index: both are GPU 0 to NVML and to CUDA's order.
+    assert (first.mig, first.index, first.gpu_instance_id, first.compute_instance_id) == (
         True,
         0,
         1,
@@ -521,15 +534,307 @@ def test_fixtures_are_not_modified_by_reading() -> None:
 # --- scripts/gpu_check.py without a GPU ----------------------------------------------------------
 
 
-def test_gpu_check_without_a_gpu_says_so_and_exits_2(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def load_gpu_check(monkeypatch: pytest.MonkeyPatch) -> Any:
     path = Path(__file__).resolve().parents[2] / "scripts" / "gpu_check.py"
     spec = importlib.util.spec_from_file_location("gpu_check", path)
     assert spec is not None and spec.loader is not None
     gpu_check = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "gpu_check", gpu_check)  # dataclasses look themselves up
     spec.loader.exec_module(gpu_check)
+    return gpu_check
+
+
+def test_gpu_check_without_a_gpu_says_so_and_exits_2(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gpu_check = load_gpu_check(monkeypatch)
     no_library = RecordedNvml({"init": {"error": "NVML_ERROR_LIBRARY_NOT_FOUND"}})
     assert gpu_check.main(["--seconds", "1"], api=no_library) == 2
     assert "no NVIDIA GPU" in capsys.readouterr().err
+
+
+def test_gpu_check_prints_the_sidecars_figures_and_checks_the_childs_gpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On the recorded H100: the child is NVML's PID 523190; torch names the GPU by UUID."""
+    gpu_check = load_gpu_check(monkeypatch)
+    reader, _ = reader_for(fixture("h100_tp1"))
+    samples = gpu_check.sample(reader, PidMap.from_pairs({523190: 523190}), 523190,
+                               gpu_check.Samples())  # fmt: skip
+    args = gpu_check.parse_args([])
+    torch_uuid = {"uuid": "5a3ee0b4-7c51-96a4-2f7d-a8c1d5e93b10"}
+    rows, failures = gpu_check.sidecar_figures(args, 523190, torch_uuid, samples, ())
+    assert failures == ["NVML answered utilisation to readings but not to the poller"]
+    assert dict(rows) == {
+        "gpu0 memory used / total": "72.7 GiB / 79.6 GiB (nvidia-smi: 74408 MiB / 81559 MiB)",
+        "child's GPU, as the sidecar finds it": "gpu0 (nvml process list: PIDs 523190)",
+        "gpu0 utilisation, polled through the run": "not polled",
+    }
+    other = {"uuid": "00000000-7c51-96a4-2f7d-a8c1d5e93b10"}
+    _, failures = gpu_check.sidecar_figures(args, 523190, other, samples, ())
+    assert "the sidecar puts the child on ('gpu0',); torch on 0000" in failures[0]
+
+
+# --- the target's GPUs on a shared host ----------------------------------------------------------
+
+PROC_GPU = FIXTURES / "proc_gpu"
+H100_TOTAL = 85_520_809_984
+
+
+def h100x4_target() -> tuple[ProcFs, list[int]]:
+    """vLLM TP=2 on GPUs 2 and 3 of four; another tenant's vLLM on GPUs 0 and 1."""
+    return ProcFs(PROC_GPU / "h100x4_tp2"), [81301, 81388, 81455, 81456]
+
+
+def test_tp2_on_a_shared_host_uses_only_the_gpus_holding_its_workers() -> None:
+    procfs, pids = h100x4_target()
+    reader, _ = reader_for(fixture("h100x4_tp2"))
+    reading = reader.read(PidMap.build(procfs, pids))
+    target = target_gpus(reading, pids, procfs.environ, world_size=2)
+    assert target is not None
+    assert (target.labels, target.indexes) == (("gpu2", "gpu3"), (2, 3))
+    assert (target.how, target.detail) == (GpuSelection.NVML_PROCESSES, "PIDs 81455, 81456")
+    figures = gpu_figures(reading, target)
+    assert figures is not None
+    assert figures.memory_totals == {"gpu2": H100_TOTAL, "gpu3": H100_TOTAL}
+    assert figures.lines() == [
+        "GPUs used: 2, 3 (nvml process list: PIDs 81455, 81456)",
+        "GPU 2 (NVIDIA H100 80GB HBM3): 73.5 GiB / 79.6 GiB (92.3%), vLLM 73.0 GiB",
+        "GPU 3 (NVIDIA H100 80GB HBM3): 73.5 GiB / 79.6 GiB (92.3%), vLLM 73.0 GiB",
+    ]
+
+
+def test_without_nvml_processes_cuda_visible_devices_decides() -> None:
+    """A sidecar in vLLM's container: NVML lists no processes; CUDA_VISIBLE_DEVICES=1,3."""
+    procfs, pids = ProcFs(PROC_GPU / "container_tp2"), [1, 87, 154, 155]
+    reader, _ = reader_for(fixture("h100x4_container"))
+    reading = reader.read(PidMap.build(procfs, pids))
+    assert reading.processes() == ()
+    target = target_gpus(reading, pids, procfs.environ, world_size=2)
+    assert target is not None
+    assert (target.labels, target.how) == (("gpu1", "gpu3"), GpuSelection.CUDA_VISIBLE_DEVICES)
+    assert target.detail == (
+        "CUDA_VISIBLE_DEVICES=1,3 of PID 1, first 2 (tensor x pipeline parallel)"
+    )
+    figures = gpu_figures(reading, target)
+    assert figures is not None
+    assert [d.target_memory_bytes for d in figures.devices] == [None, None]  # NVML said nothing
+    assert figures.lines()[1] == "GPU 1 (NVIDIA H100 80GB HBM3): 73.5 GiB / 79.6 GiB (92.3%)"
+
+
+def environ_of(**env: str) -> Any:
+    return lambda pid: env
+
+
+CONTAINER_UUIDS = (
+    "GPU-3b2e1c40-5d6f-4071-8c8d-9e0f1a2b3c4d,GPU-4c3f2d51-6e70-4182-9d9e-0f1a2b3c4d5e"
+)
+
+
+@pytest.mark.parametrize(
+    ("env", "world", "labels", "how"),
+    [
+        # The Kubernetes device plugin lists the container's GPUs by UUID; vLLM takes the first 2.
+        ({"NVIDIA_VISIBLE_DEVICES": CONTAINER_UUIDS}, 2, ("gpu2", "gpu3"), GpuSelection.DEVICE_ORDER),
+        # CUDA_VISIBLE_DEVICES counts within the container's devices.
+        ({"NVIDIA_VISIBLE_DEVICES": "2,3", "CUDA_VISIBLE_DEVICES": "1"}, 1, ("gpu3",), GpuSelection.CUDA_VISIBLE_DEVICES),
+        ({"CUDA_VISIBLE_DEVICES": "GPU-2a1d"}, None, ("gpu1",), GpuSelection.CUDA_VISIBLE_DEVICES),
+        # CUDA stops at the first entry it cannot use.
+        ({"CUDA_VISIBLE_DEVICES": "0,-1,1"}, None, ("gpu0",), GpuSelection.CUDA_VISIBLE_DEVICES),
+        ({"CUDA_VISIBLE_DEVICES": ""}, None, (), GpuSelection.CUDA_VISIBLE_DEVICES),
+        # Docker's --gpus leaves the image's `all`: the container's view is not known from it.
+        ({"NVIDIA_VISIBLE_DEVICES": "all"}, 2, ("gpu0", "gpu1"), GpuSelection.DEVICE_ORDER),
+        ({}, None, ("gpu0", "gpu1", "gpu2", "gpu3"), GpuSelection.ALL_DEVICES),
+    ],
+    ids=["uuids-in-container", "index-in-container", "uuid-prefix", "stops-at-invalid", "empty",
+         "docker-all", "nothing-known"],
+)  # fmt: skip
+def test_the_environment_names_the_gpus(
+    env: dict[str, str], world: int | None, labels: tuple[str, ...], how: GpuSelection
+) -> None:
+    reader, _ = reader_for(fixture("h100x4_container"))
+    target = target_gpus(reader.read(), [1], environ_of(**env), world_size=world)
+    assert target is not None and (target.labels, target.how) == (labels, how)
+
+
+def test_an_unreadable_environment_falls_back_to_all_devices_and_says_why() -> None:
+    reader, _ = reader_for(fixture("h100x4_container"))
+    target = target_gpus(reader.read(), [1], lambda pid: None)
+    assert target is not None and target.how is GpuSelection.ALL_DEVICES
+    assert target.detail.endswith("the target's environment is unreadable")
+
+
+def test_cuda_indexes_on_a_host_of_mixed_gpus_are_a_caveat() -> None:
+    data = fixture("h100x4_container")
+    data["devices"][0]["name"] = "NVIDIA A100-SXM4-80GB"
+    reader, _ = reader_for(data)
+    target = target_gpus(reader.read(), [1], environ_of(CUDA_VISIBLE_DEVICES="1"))
+    assert target is not None and "CUDA_DEVICE_ORDER" in target.caveats[0]
+    ordered = environ_of(CUDA_VISIBLE_DEVICES="1", CUDA_DEVICE_ORDER="PCI_BUS_ID")
+    target = target_gpus(reader.read(), [1], ordered)
+    assert target is not None and target.caveats == ()
+
+
+def test_a_mig_instance_is_the_targets_gpu() -> None:
+    reader, _ = reader_for(fixture("a100_mig"))
+    reading = reader.read({701234: 87})
+    target = target_gpus(reading, [87], lambda pid: None)
+    assert target is not None and (target.labels, target.indexes) == (("gpu0/mig0",), (0,))
+    figures = gpu_figures(reading, target)
+    assert figures is not None and figures.memory_totals == {"gpu0/mig0": 42144366592}
+    assert figures.lines()[1].startswith("GPU 0 MIG 0 (NVIDIA A100-SXM4-80GB MIG 3g.40gb): ")
+
+
+def test_no_devices_no_target_gpus() -> None:
+    reader, _ = reader_for({"init": {"error": "NVML_ERROR_LIBRARY_NOT_FOUND"}})
+    assert target_gpus(reader.read(), [1], lambda pid: None) is None
+    assert gpu_figures(None, None) is None
+
+
+# --- utilisation through the window --------------------------------------------------------------
+
+
+class FakeTime:
+    """A monotonic clock and a wait that advances it; polling ends after `polls` waits."""
+
+    def __init__(self, polls: int, poll_s: float = 0.0) -> None:
+        self.now, self.polls, self.poll_s = 0.0, polls, poll_s
+        self.waits: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def wait(self, seconds: float) -> bool:
+        self.waits.append(seconds)
+        self.now += seconds
+        return len(self.waits) >= self.polls
+
+
+def test_utilisation_is_polled_through_the_window_on_absolute_deadlines() -> None:
+    reader, _ = reader_for(fixture("h100x4_tp2"))
+    reader.read()  # the window's start takes each GPU's first answer
+    fake = FakeTime(polls=4)
+    poller = UtilizationPoller(reader, interval_s=1.0, clock=fake.clock, wait=fake.wait)
+    poller.run()
+    gpu0, _, gpu2, gpu3 = poller.summary()
+    assert (gpu0.samples, gpu0.mean_pct) == (4, 64.0)
+    assert (gpu2.label, gpu2.samples, gpu2.min_pct, gpu2.max_pct) == ("gpu2", 4, 4, 97)
+    assert gpu2.mean_pct == pytest.approx((88 + 97 + 91 + 4) / 4)
+    assert (gpu3.samples, gpu3.missed) == (3, 1)  # one poll timed out: counted, not averaged
+    assert gpu3.mean_pct == pytest.approx((86 + 90 + 6) / 3)
+    assert (gpu2.first_at, gpu2.last_at) == (0.0, 3.0)
+    assert gpu2.text == "util 70% mean (4-97%, 4 samples)"
+
+
+def test_a_slow_poll_skips_the_deadlines_it_missed() -> None:
+    reader, _ = reader_for(fixture("h100_tp1"))
+    fake = FakeTime(polls=3)
+
+    def slow_clock() -> float:
+        fake.now += 0.6  # each reading of the clock costs 0.6 s: a poll takes 1.2 s
+        return fake.now
+
+    poller = UtilizationPoller(reader, interval_s=1.0, clock=slow_clock, wait=fake.wait)
+    reader.open()
+    poller.run()
+    assert all(0 < w <= 1.0 for w in fake.waits)
+    [gpu] = poller.summary()
+    assert gpu.samples == 3
+
+
+def test_the_poller_thread_polls_at_least_once_and_stops() -> None:
+    reader, _ = reader_for(fixture("h100x4_tp2"))
+    reader.open()
+    poller = UtilizationPoller(reader, interval_s=60.0)
+    poller.start()
+    summary = poller.stop()  # long before the first interval ends
+    assert [u.samples for u in summary] == [1, 1, 1, 1]
+
+
+def test_utilisation_reads_nothing_before_nvml_is_open_and_none_for_a_lost_gpu() -> None:
+    data = fixture("a100_tp2")
+    data["devices"][1]["utilization"] = {"error": "NVML_ERROR_GPU_IS_LOST"}
+    reader, api = reader_for(data)
+    assert reader.read_utilization() == {}
+    assert ("init",) not in api.calls  # the poller never starts NVML
+    reader.open()
+    assert reader.read_utilization() == {"gpu0": 88, "gpu1": None}
+
+
+def test_gpu_lines_carry_the_windows_utilisation() -> None:
+    procfs, pids = h100x4_target()
+    reader, _ = reader_for(fixture("h100x4_tp2"))
+    reading = reader.read(PidMap.build(procfs, pids))
+    fake = FakeTime(polls=4)
+    poller = UtilizationPoller(reader, clock=fake.clock, wait=fake.wait)
+    poller.run()
+    figures = gpu_figures(reading, target_gpus(reading, pids, procfs.environ), poller.summary())
+    assert figures is not None
+    assert figures.lines()[1:] == [
+        "GPU 2 (NVIDIA H100 80GB HBM3): 73.5 GiB / 79.6 GiB (92.3%), vLLM 73.0 GiB; "
+        "util 70% mean (4-97%, 4 samples)",
+        "GPU 3 (NVIDIA H100 80GB HBM3): 73.5 GiB / 79.6 GiB (92.3%), vLLM 73.0 GiB; "
+        "util 61% mean (6-90%, 3 samples)",
+    ]
+
+
+# --- the collector's wiring: a window on the 4-GPU host ------------------------------------------
+
+
+class InstantSampler:
+    """A stack sampler whose window ends at once, with no stacks (they are not the point)."""
+
+    def window(self, duration_s: float, stop: Any = None) -> Window:
+        return Window(1_780_000_000.0, duration_s, 0.0, (), 0, 0, 0.0, 1)
+
+
+class RecordedMetrics:
+    """The recorded /metrics pair, with the cache labels of vLLM on GPUs (no budget label)."""
+
+    url = "http://127.0.0.1:8001/metrics"
+
+    def __init__(self) -> None:
+        labels = (
+            ('kv_cache_memory_bytes="1073741824"', 'kv_cache_memory_bytes="None"'),
+            ('num_gpu_blocks="4096"', 'num_gpu_blocks="16384"'),
+            ('block_size="128"', 'block_size="16"'),
+        )
+        self.texts = []
+        for name in ("before", "after"):
+            text = (FIXTURES / "metrics" / f"v0.32.0-cpu-{name}.txt").read_text()
+            for old, new in labels:
+                assert old in text
+                text = text.replace(old, new)
+            self.texts.append(text)
+
+    def fetch(self) -> str:
+        return self.texts.pop(0) if len(self.texts) > 1 else self.texts[0]
+
+
+def test_a_collected_window_counts_the_targets_gpus_only() -> None:
+    procfs, pids = h100x4_target()
+    roles = (Role.API_SERVER, Role.ENGINE_CORE, Role.WORKER, Role.WORKER)
+    infos = [procfs.read(pid) for pid in pids]
+    processes = tuple(replace(p, role=r) for p, r in zip(infos, roles, strict=True) if p)
+    target = Deployment(root=processes[0], processes=processes)
+    readers = WindowReaders(procfs=procfs, metrics=RecordedMetrics(),
+                            gpu=NvmlReader(RecordedNvml(fixture("h100x4_tp2"))))  # fmt: skip
+    snapshot = profile_window(target, InstantSampler(), Classifier(load_rules()), readers, 1.0,
+                              host="h")  # type: ignore[arg-type]  # fmt: skip
+    figures = snapshot.readings.gpu_figures
+    assert figures is not None and figures.target.labels == ("gpu2", "gpu3")
+    assert [d.utilization.samples for d in figures.devices if d.utilization] == [1, 1]
+    # The start's utilisation is GPUs 2 and 3's (95, 94), no longer all four's mean (79.75).
+    assert snapshot.readings.gpu_util_start == 94.5
+    kv = snapshot.readings.kv_cache
+    assert kv is not None and kv.bytes == 80 * (1 << 30)
+    # The old share divided by all four GPUs' memory (25.1%) and had no bytes at all.
+    assert (kv.share_devices, kv.share) == (("gpu2", "gpu3"), pytest.approx(0.502, abs=1e-3))
+    # The report, from the written summary: the target's two GPUs, one line each under TP=2.
+    text = render(snapshot.summary())
+    lines = text.splitlines()
+    assert lines[1] == "- GPU: 147.1/159.3 GiB (92.3%)"  # GPUs 2 and 3 only, not all four
+    assert lines[2].startswith("  - GPUs used: 2, 3 (nvml process list")
+    assert lines[3].startswith("  - GPU 2 (NVIDIA H100 80GB HBM3): ")
+    assert lines[4].startswith("  - GPU 3 (NVIDIA H100 80GB HBM3): ")
+    assert "KV Cache: 2 x 40.0 GiB = 80.0 GiB allocated" in text

@@ -35,6 +35,13 @@ def pairs(pidmap: PidMap) -> set[tuple[int, int | None, int]]:
     return {(entry.view, entry.host, entry.local) for entry in pidmap.entries}
 
 
+def reached(pidmap: PidMap, pid: int, namespace: PidMatch) -> list[tuple[int, int | None, int]]:
+    """(view, host, local) of each target that an outside `pid` is, read in `namespace`."""
+    return [
+        (e.view, e.host, e.local) for e, matched in pidmap.candidates(pid) if matched is namespace
+    ]
+
+
 # --- which /proc is the host's -------------------------------------------------------------------
 
 
@@ -57,8 +64,8 @@ def test_only_the_hosts_proc_shows_kthreadd(name: str, expected: bool) -> None:
 def test_host_view_maps_host_pids_to_container_pids() -> None:
     pidmap = PidMap.build(tree("docker_tp2/host"), [host for host, _ in DEPLOYMENT])
     assert pairs(pidmap) == {(host, host, local) for host, local in DEPLOYMENT}
-    assert pidmap.to_host(154) == 412455
-    assert pidmap.to_local(412456) == 155
+    assert reached(pidmap, 154, LOCAL) == [(412455, 412455, 154)]
+    assert reached(pidmap, 412456, HOST) == [(412456, 412456, 155)]
     assert pidmap.unmapped == ()
 
 
@@ -78,7 +85,7 @@ def test_container_view_alone_leaves_host_pids_unknown() -> None:
     pidmap = PidMap.build(tree("docker_tp2/container"), [local for _, local in DEPLOYMENT])
     assert pairs(pidmap) == {(local, None, local) for _, local in DEPLOYMENT}
     assert pidmap.unmapped == (1, 87, 154, 155)
-    assert pidmap.to_host(154) is None
+    assert reached(pidmap, 154, HOST) == []
     assert pidmap.candidates(412455) == []  # NVML's host PID reaches no target
     [(entry, matched)] = pidmap.candidates(154)
     assert (entry.view, matched) == (154, LOCAL)
@@ -92,8 +99,8 @@ def test_container_view_finds_host_pids_in_the_host_proc_mount() -> None:
     )
     # The other tenant's PIDs 1 and 154 (in its own namespace) have other start times.
     assert pairs(pidmap) == {(local, host, local) for host, local in DEPLOYMENT}
-    assert pidmap.to_host(1) == 412301
-    assert pidmap.to_local(412455) == 154
+    assert reached(pidmap, 1, LOCAL) == [(1, 412301, 1)]
+    assert reached(pidmap, 412455, HOST) == [(154, 412455, 154)]
     assert pidmap.unmapped == ()
 
 
@@ -110,8 +117,8 @@ def test_nested_host_view_has_three_entries_and_local_is_the_innermost() -> None
     engine = next(entry for entry in pidmap.entries if entry.view == 523190)
     assert engine == NsPid(view=523190, nspid=(523190, 3342, 28), host=523190)
     assert engine.local == 28
-    assert pidmap.to_local(523190) == 28
-    assert pidmap.to_host(1) == 523117
+    assert reached(pidmap, 523190, HOST) == [(523190, 523190, 28)]
+    assert reached(pidmap, 1, LOCAL) == [(523117, 523117, 1)]
 
 
 def test_nested_outer_view_matches_host_view_and_local_pids() -> None:
@@ -139,8 +146,7 @@ def test_a_time_namespace_falls_back_to_a_unique_nspid_tail(tmp_path: Path) -> N
 def test_one_local_pid_in_two_containers_is_ambiguous() -> None:
     """vLLM's API server and the other tenant's init are both PID 1 in their namespaces."""
     pidmap = PidMap.build(tree("docker_tp2/host"), [412301, 398010])
-    assert pidmap.to_host(1) is None
-    assert sorted(e.view for e, m in pidmap.candidates(1)) == [398010, 412301]
+    assert sorted(reached(pidmap, 1, LOCAL)) == [(398010, 398010, 1), (412301, 412301, 1)]
 
 
 def test_host_pid_of_one_target_and_local_pid_of_another_prefers_host() -> None:
@@ -165,7 +171,7 @@ def test_kernels_without_nspid_have_one_namespace(tmp_path: Path) -> None:
 def test_from_pairs_names_targets_by_their_local_pid() -> None:
     pidmap = PidMap.from_pairs({412455: 154, 7000: 7000})
     assert pairs(pidmap) == {(154, 412455, 154), (7000, 7000, 7000)}
-    assert pidmap.to_local(412455) == 154
+    assert reached(pidmap, 412455, HOST) == [(154, 412455, 154)]
 
 
 def test_this_process_on_this_machine() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sidecar import procfs as procfs_module
-from sidecar.procfs import ProcFs, parse_cmdline, parse_nspid, parse_stat
+from sidecar.procfs import ProcFs, parse_cmdline, parse_environ, parse_nspid, parse_stat
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "proc"
 VENV_PYTHON = "/root/.cache/vllm-sidecar/vllm-venv/bin/python"
@@ -266,3 +266,32 @@ def test_reads_this_test_process_from_the_real_proc() -> None:
     assert procfs.is_python(os.getpid())
     assert os.getpid() in procfs.pids()
     assert os.getpid() in [child.pid for child in procfs.children(os.getppid())]
+
+
+# --- the environment and working folder of a target ----------------------------------------------
+
+
+def test_parse_environ_splits_at_the_first_equals_and_skips_garbage() -> None:
+    raw = b"HOME=/root\0CUDA_VISIBLE_DEVICES=2,3\0OPTS=a=b\0junk\0HOME=/other\0EMPTY=\0\0"
+    assert parse_environ(raw) == {
+        "HOME": "/root",  # the first of a name given twice, as getenv reads it
+        "CUDA_VISIBLE_DEVICES": "2,3",
+        "OPTS": "a=b",
+        "EMPTY": "",
+    }
+
+
+def test_environ_and_cwd_of_a_fixture_process() -> None:
+    procfs = ProcFs(FIXTURES.parent / "proc_gpu" / "h100x4_tp2")
+    env = procfs.environ(81455)
+    assert env is not None and env["CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert env["HF_HOME"] == "/data/hf"
+    assert procfs.cwd(81301) == "/root"
+    assert procfs.environ(999999) is None and procfs.cwd(999999) is None
+    assert procfs.environ(2) is None  # no environ file in the fixture: as if it vanished
+
+
+def test_environ_of_this_process() -> None:
+    env = ProcFs().environ(os.getpid())
+    assert env is not None and env.get("PATH") == os.environ.get("PATH")
+    assert ProcFs().cwd(os.getpid()) == os.getcwd()

@@ -12,18 +12,19 @@ import pytest
 
 from sidecar.classifier import Classifier
 from sidecar.cli import main
-from sidecar.gpu import NvmlReader, RecordedNvml
+from sidecar.gpu import NvmlReader, gpu_figures, target_gpus
+from sidecar.kvcache import KvInputs, kv_cache
 from sidecar.parsers import parse_file
 from sidecar.records import ProcessInfo, Role
 from sidecar.records.readings import HostMemory, ProcessStats
 from sidecar.records.summary import SnapshotSummary
 from sidecar.report import render, report_data
-from sidecar.resources import kv_cache
 from sidecar.rules import load_rules
 from sidecar.sampler import Window
 from sidecar.snapshot import Readings, build_snapshot
 from sidecar.vllm_metrics import parse_scrape, serving_figures
 from sidecar.writers import write_snapshot
+from tests.nvml_double import RecordedNvml
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 RAW = FIXTURES / "recorded" / "v0.32.0-cpu-record-mixed.raw.txt"
@@ -61,13 +62,15 @@ def summary(*, gpu: bool, metrics: bool, stacks: bool = True) -> SnapshotSummary
         NvmlReader(RecordedNvml.load(FIXTURES / "nvml" / "h100_tp1.yaml")).read() if gpu else None
     )
     figures = serving() if metrics else None
-    gpu_total = sum(d.memory_total_bytes or 0 for d in reading.devices) if reading else None
-    kv = (
-        kv_cache(figures.cache_config, figures.kv_cache_usage, gpu_total, HOST) if figures else None
-    )
+    gpus = {d.label: d.memory_total_bytes or 0 for d in reading.devices} if reading else None
+    inputs = KvInputs(gpu_totals=gpus, host_total=HOST.total_bytes)
+    kv = kv_cache(figures.cache_config, figures.kv_cache_usage, inputs) if figures else None
+    # As the pipeline does: the target's GPUs (here the one device: NVML's PIDs are unmapped).
+    target = target_gpus(reading, [523190], lambda pid: None) if reading else None
     readings = Readings(
         process_stats=(ProcessStats(523190, "api_server", 650 << 20, 0.8, 0.1, 12),),
-        host_memory=HOST, gpu=reading, serving=figures, metrics_url="u", kv_cache=kv,
+        host_memory=HOST, gpu=reading, gpu_figures=gpu_figures(reading, target),
+        serving=figures, kv_cache=kv,
     )  # fmt: skip
     w = window() if stacks else Window(1_780_000_000.0, 8.0, 5.0, (), 0, 0, 0.0, 1)
     snap = build_snapshot(w, processes(), Classifier(load_rules()), host="h", readings=readings)

@@ -65,6 +65,11 @@ def test_a_schema1_snapshot_written_by_vllm_sidecar_0_1_is_read_and_reported() -
     assert text.startswith("[Profile] Memory Usage:\n- Host (CPU host, no GPU memory): ")
     assert "- Requests: " in text and "req/s" in text
     assert report_data(s)["schema"] == SCHEMA_VERSION
+    # Schema 1's KV `bytes` was vLLM's configured budget (1 GiB here): kept as the budget,
+    # with a caveat, since 1 did not count the blocks vLLM allocated.
+    kv = s.kv_cache
+    assert kv is not None and kv.bytes == raw["kv_cache"]["bytes"] == kv.budget_bytes == 1 << 30
+    assert kv.allocated_bytes is None and "schema 1" in kv.caveats[0]
 
 
 def test_the_report_command_reads_a_schema1_folder(capsys: pytest.CaptureFixture[str]) -> None:

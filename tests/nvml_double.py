@@ -1,4 +1,4 @@
-"""`RecordedNvml`: the NVML seam played back from a fixture of what each call returned.
+"""`RecordedNvml`: the NVML seam played back from a fixture of what each call returned (a test double).
 
 A fixture (YAML or JSON) holds, per device, what each call returned on real hardware, in
 pynvml's shapes and units, or the error it raised:
@@ -16,12 +16,13 @@ pynvml's shapes and units, or the error it raised:
 
 A key that is absent answers NVML_ERROR_NOT_SUPPORTED (a fixture says what a card has);
 `{sequence: [a, b]}` answers a, then b, then b again, for readings that change between
-ticks. `record_fixture` writes the same format from a live `PynvmlApi`.
+ticks. `sidecar.gpu.record.record_fixture` writes the same format from a live `PynvmlApi`
+(`scripts/gpu_check.py --record`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,6 @@ from sidecar.gpu.nvml import (
     NVML_PCIE_UTIL_RX_BYTES,
     NVML_PCIE_UTIL_TX_BYTES,
     NVML_TEMPERATURE_GPU,
-    NvmlApi,
     NvmlError,
     NvmlMemory,
     NvmlProcessInfo,
@@ -200,74 +200,3 @@ def _normalised(device: Mapping[str, Any]) -> dict[str, Any]:
     for mig in slots.values():
         _check_keys(mig, DEVICE_KEYS, "MIG device")
     return {**device, "mig_devices": slots}
-
-
-# --- recording ----------------------------------------------------------------------------------
-
-_RECORDED: tuple[tuple[str, Callable[[NvmlApi, object], Any]], ...] = (
-    ("name", lambda api, h: api.name(h)),
-    ("uuid", lambda api, h: api.uuid(h)),
-    ("memory", lambda api, h: api.memory_info(h)._asdict()),
-    ("utilization", lambda api, h: api.utilization_rates(h)._asdict()),
-    ("pcie_tx", lambda api, h: api.pcie_throughput(h, NVML_PCIE_UTIL_TX_BYTES)),
-    ("pcie_rx", lambda api, h: api.pcie_throughput(h, NVML_PCIE_UTIL_RX_BYTES)),
-    ("power", lambda api, h: api.power_usage(h)),
-    ("sm_clock", lambda api, h: api.clock_info(h, NVML_CLOCK_SM)),
-    ("temperature", lambda api, h: api.temperature(h, NVML_TEMPERATURE_GPU)),
-    ("mig_mode", lambda api, h: list(api.mig_mode(h))),
-    ("max_mig_device_count", lambda api, h: api.max_mig_device_count(h)),
-    ("gpu_instance_id", lambda api, h: api.gpu_instance_id(h)),
-    ("compute_instance_id", lambda api, h: api.compute_instance_id(h)),
-    ("compute_processes", lambda api, h: [_entry(p) for p in api.compute_processes(h)]),
-    ("graphics_processes", lambda api, h: [_entry(p) for p in api.graphics_processes(h)]),
-)
-
-
-def record_fixture(api: NvmlApi, source: str) -> dict[str, Any]:
-    """Ask a live NVML everything a fixture holds; errors are recorded, not raised."""
-    api.init()
-    try:
-        devices = []
-        for index in range(api.device_count()):
-            handle = api.device_handle(index)
-            device = _record(api, handle)
-            slots = device.get("max_mig_device_count")
-            if isinstance(slots, int):
-                device["mig_devices"] = _record_mig(api, handle, slots)
-            devices.append(device)
-        return {"source": source, "devices": devices}
-    finally:
-        api.shutdown()
-
-
-def _record(api: NvmlApi, handle: object) -> dict[str, Any]:
-    device: dict[str, Any] = {}
-    for key, call in _RECORDED:
-        try:
-            device[key] = call(api, handle)
-        except NvmlError as error:
-            if error.code is not NvmlReturn.NOT_SUPPORTED:  # absent means NotSupported
-                device[key] = {"error": f"NVML_ERROR_{getattr(error.code, 'name', error.code)}"}
-    return device
-
-
-def _record_mig(api: NvmlApi, handle: object, slots: int) -> dict[int, dict[str, Any]]:
-    found = {}
-    for slot in range(slots):
-        try:
-            found[slot] = _record(api, api.mig_device_handle(handle, slot))
-        except NvmlError:
-            continue  # an empty slot
-    return found
-
-
-def _entry(process: NvmlProcessInfo) -> dict[str, Any]:
-    unset = 0xFFFFFFFF
-    return {
-        "pid": process.pid,
-        "usedGpuMemory": process.used_gpu_memory,
-        "gpuInstanceId": unset if process.gpu_instance_id is None else process.gpu_instance_id,
-        "computeInstanceId": (
-            unset if process.compute_instance_id is None else process.compute_instance_id
-        ),
-    }

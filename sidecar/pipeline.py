@@ -1,0 +1,193 @@
+"""One window, every stage, in the order they run (`profile_window` reads top to bottom):
+
+    sample     py-spy over the deployment's process tree, in segments   (sampler, pyspy)
+    parse      each segment's `record -f raw` text into stacks          (parsers.parse_raw)
+    classify   each distinct stack to a role, phase and stage           (classifier)
+    aggregate  phase shares per role and main thread, stage counts      (aggregate)
+    readings   psutil, NVML, vLLM's /metrics, the KV cache's size       (WindowReaders)
+    snapshot   the frozen record of it all                              (snapshot)
+    write      the caller's: `writers.write_snapshot` for `snapshot`, the store for `run`,
+               which may skip a write on a full disk and counts that
+
+Used by `snapshot` (one window) and `run` (windows on a schedule). A reader that fails leaves
+its part of the snapshot empty with a reason; only the sampler's failed start is fatal
+(STYLE.md 7).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sidecar.classifier import Classifier
+from sidecar.discovery import Deployment
+from sidecar.gpu import (
+    GpuFigures,
+    GpuReading,
+    GpuUtilization,
+    NvmlReader,
+    UtilizationPoller,
+    gpu_figures,
+    target_gpus,
+)
+from sidecar.kvcache import kv_cache
+from sidecar.modelconfig import kv_inputs, serve_args
+from sidecar.pidmap import PidMap
+from sidecar.procfs import ProcFs
+from sidecar.records import ProcessInfo, Role
+from sidecar.records.readings import KvCache, ServingFigures
+from sidecar.resources import PsutilReader
+from sidecar.sampler import Sampler, Window
+from sidecar.snapshot import Readings, Snapshot, build_snapshot
+from sidecar.vllm_metrics import (
+    HttpMetricsSource,
+    MetricsScrape,
+    MetricsSource,
+    metrics_url_from_cmdline,
+    serving_figures,
+    take_scrape,
+)
+
+log = logging.getLogger("vllm_sidecar")
+
+
+def profile_window(
+    target: Deployment,
+    sampler: Sampler,
+    classifier: Classifier,
+    readers: WindowReaders,
+    duration_s: float,
+    stop: Callable[[], bool] = lambda: False,
+    host: str | None = None,
+) -> Snapshot:
+    """Sample `target` for `duration_s` and turn it into a snapshot, stage by stage."""
+    started = readers.start(target)  # CPU times, the first /metrics scrape, the GPUs' start
+    # sample + parse: py-spy records a segment, its raw text is parsed as the segment ends
+    # (the text lives in py-spy's temporary file), identical stacks are counted together.
+    window = sampler.window(duration_s, stop)
+    readings = readers.finish(started, target, window)  # readings over the same window
+    # classify -> aggregate -> snapshot (also what recorded windows go through in the tests)
+    return build_snapshot(window, target.processes, classifier, host, readings)
+
+
+# ---------------------------------------------------------------------------------- readers
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """What the readers took when the window opened."""
+
+    scrape: MetricsScrape | None
+    pidmap: PidMap | None
+    gpu: GpuReading | None
+    poller: UtilizationPoller | None
+
+
+@dataclass
+class WindowReaders:
+    """Everything a window reads beside the stacks, each behind its own OS boundary."""
+
+    procfs: ProcFs
+    metrics: MetricsSource | None = None
+    gpu: NvmlReader | None = None
+    host_procfs: ProcFs | None = None
+    psutil_reader: PsutilReader = field(default_factory=PsutilReader)
+    metrics_unread: str | None = None  # why there is no `metrics` source, when there is none
+    scrape: Callable[[MetricsSource], MetricsScrape] = take_scrape  # the daemon counts failures
+
+    def start(self, target: Deployment) -> Started:
+        self.psutil_reader.start(target.processes)
+        scrape = self.scrape(self.metrics) if self.metrics else None
+        # Once a window: the target's PIDs do not change within it.
+        pidmap = PidMap.build(self.procfs, target.pids, host_procfs=self.host_procfs)
+        gpu = self.gpu.read(pidmap) if self.gpu else None
+        poller = UtilizationPoller(self.gpu) if self.gpu else None
+        if poller:
+            poller.start()
+        return Started(scrape, pidmap if self.gpu else None, gpu, poller)
+
+    def finish(self, started: Started, target: Deployment, window: Window) -> Readings:
+        utilization = started.poller.stop() if started.poller else ()
+        gpu_end = self.gpu.read(started.pidmap) if self.gpu else None
+        figures = self._gpu_figures(target, gpu_end, utilization)
+        readings = Readings(
+            process_stats=self.psutil_reader.finish(target.processes, window.duration_s),
+            host_memory=self.psutil_reader.host_memory(),
+            gpu=gpu_end,
+            gpu_figures=figures,
+            gpu_util_start=_mean_util(started.gpu, figures),
+            serving=self._serving(started.scrape),
+        )
+        return readings.with_kv_cache(self._kv_cache(target, readings, figures))
+
+    def _serving(self, first: MetricsScrape | None) -> ServingFigures:
+        if first is not None and self.metrics is not None:
+            return serving_figures(first, self.scrape(self.metrics))
+        if self.metrics_unread is not None:
+            return ServingFigures(reason=f"metrics not read: {self.metrics_unread}")
+        return ServingFigures(reason="vLLM /metrics not read")
+
+    def _gpu_figures(
+        self,
+        target: Deployment,
+        reading: GpuReading | None,
+        utilization: tuple[GpuUtilization, ...],
+    ) -> GpuFigures | None:
+        if reading is None:
+            return None
+        api = _api_server(target)
+        world = serve_args(api.cmdline).world_size if api else None
+        gpus = target_gpus(reading, target.pids, self.procfs.environ, world)
+        return gpu_figures(reading, gpus, utilization)
+
+    def _kv_cache(
+        self, target: Deployment, r: Readings, figures: GpuFigures | None
+    ) -> KvCache | None:
+        if r.serving is None or not r.serving.cache_config:
+            return None
+        gpus = figures.memory_totals if figures else None
+        host = r.host_memory.total_bytes if r.host_memory else None
+        inputs = kv_inputs(self.procfs, _api_server(target), gpus, host)
+        return kv_cache(r.serving.cache_config, r.serving.kv_cache_usage, inputs)
+
+
+def _api_server(target: Deployment) -> ProcessInfo | None:
+    return next((p for p in target.processes if p.role is Role.API_SERVER), None)
+
+
+def _mean_util(reading: GpuReading | None, figures: GpuFigures | None) -> float | None:
+    """Mean utilisation of the target's GPUs (all GPUs when they are unknown) in `reading`."""
+    if reading is None or not reading.available:
+        return None
+    mine = set(figures.target.indexes) if figures else None
+    utils = [d.util_gpu_pct for d in reading.devices
+             if d.util_gpu_pct is not None and (mine is None or d.index in mine)]  # fmt: skip
+    return sum(utils) / len(utils) if utils else None
+
+
+# ---------------------------------------------------------------------------------- wiring
+
+
+def metrics_source_for(target: Deployment, url: str | None, timeout_s: float) -> MetricsSource:
+    """The configured URL, else the one the API server's command line implies."""
+    if url is None:
+        api = _api_server(target) or target.root
+        url = metrics_url_from_cmdline(api.cmdline)
+    return HttpMetricsSource(url, timeout_s=timeout_s)
+
+
+def open_gpu_reader(enabled: bool = True) -> NvmlReader | None:
+    """An open NVML reader, or None on a CPU host (said once, then the sidecar carries on)."""
+    if not enabled:
+        return None
+    reader = NvmlReader()
+    reason = reader.open()
+    if reason is not None:
+        log.info("%s", reason)
+    return reader
+
+
+def host_procfs(path: Path | None) -> ProcFs | None:
+    return ProcFs(path) if path else None
