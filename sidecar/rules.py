@@ -213,7 +213,7 @@ def _parse_rule(raw: Any, index: int, source: str) -> Rule:
         phase=phase,
         waiting_phase=_optional_enum(Phase, raw.get("waiting_phase"), f"{where}: waiting_phase"),
         stage=_optional_enum(Stage, raw.get("stage"), f"{where}: stage"),
-        anywhere=bool(raw.get("anywhere", False)),
+        anywhere=_flag(raw, "anywhere", where),
         versions=tuple(str(v) for v in raw.get("versions") or ()),
     )
 
@@ -230,11 +230,11 @@ def _parse_spec(raw: Any, where: str) -> FrameSpec:
         functions=_functions(raw.get("function"), where),
         function_re=_regex(raw.get("function_re"), where),
         file_glob=None if raw.get("file", "*") == "*" else str(raw["file"]),
-        native=None if raw.get("native") is None else bool(raw["native"]),
+        native=None if raw.get("native") is None else _flag(raw, "native", where),
         under=_specs(raw.get("under"), f"{where}: under"),
         parents=_specs(raw.get("parents"), f"{where}: parents"),
-        waiting_only=bool(raw.get("waiting_only", False)),
-        leaf=bool(raw.get("leaf", False)),
+        waiting_only=_flag(raw, "waiting_only", where),
+        leaf=_flag(raw, "leaf", where),
         stage=_optional_enum(Stage, raw.get("stage"), f"{where}: stage"),
     )
 
@@ -274,6 +274,17 @@ def _regex(raw: Any, where: str) -> re.Pattern[str] | None:
         return re.compile(str(raw))
     except re.error as exc:
         raise ConfigError(f"{where}: bad regular expression {raw!r}: {exc}") from exc
+
+
+def _flag(raw: Mapping[str, Any], key: str, where: str) -> bool:
+    """A YAML boolean, strictly: `bool("false")` is True, so a quoted "false" would silently
+    turn a rule on; only true/false (unquoted) are taken."""
+    value = raw.get(key, False)
+    if isinstance(value, bool):
+        return value
+    raise ConfigError(
+        f"{where}: `{key}:` must be true or false (a YAML boolean, unquoted), got {value!r}"
+    )
 
 
 def _enum(cls: type[_E], raw: Any, where: str) -> _E:
