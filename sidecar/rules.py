@@ -48,6 +48,7 @@ _SPEC_KEYS = frozenset(
 _RULE_KEYS = frozenset(
     {"name", "kind", "phase", "waiting_phase", "stage", "anywhere", "versions", "match"}
 )
+_ROLE_KEYS = frozenset({"role", "frames"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,8 +91,10 @@ class Rule:
 
 @dataclass(frozen=True, slots=True)
 class RoleRule:
+    """Stack markers of a role. Process titles are not here: sidecar/discovery.py's
+    ROLE_PATTERNS alone decide a role from a title, for discovery and the classifier alike."""
+
     role: Role
-    titles: tuple[re.Pattern[str], ...]
     frames: tuple[FrameSpec, ...]
 
 
@@ -243,11 +246,19 @@ def _parse_role(raw: Any, source: str) -> RoleRule:
     if not isinstance(raw, Mapping) or "role" not in raw:
         raise ConfigError(f"{source}: each `roles:` entry needs `role:` ({_names(Role)})")
     where = f"{source}: role {raw['role']!r}"
-    return RoleRule(
-        role=_enum(Role, raw["role"], where),
-        titles=tuple(_regex(t, where) or re.compile("$^") for t in raw.get("titles") or ()),
-        frames=tuple(_parse_spec(s, where) for s in raw.get("frames") or ()),
-    )
+    role = _enum(Role, raw["role"], where)
+    if "titles" in raw:
+        raise ConfigError(
+            f"{where}: `titles:` are no longer read from the rules file; process titles are "
+            "decided by ROLE_PATTERNS in sidecar/discovery.py. Remove `titles:` (keep `frames:`)"
+        )
+    unknown = set(raw) - _ROLE_KEYS
+    if unknown:
+        raise ConfigError(f"{where}: unknown keys {sorted(unknown)}; allowed: {sorted(_ROLE_KEYS)}")
+    frames = raw.get("frames") or ()
+    if not isinstance(frames, list):
+        raise ConfigError(f"{where}: `frames:` must be a list of frame specs")
+    return RoleRule(role=role, frames=tuple(_parse_spec(s, where) for s in frames))
 
 
 def _specs(raw: Any, where: str) -> tuple[FrameSpec, ...]:

@@ -41,7 +41,7 @@ def test_minimal_rules_parse() -> None:
         ("rules: [{name: x, phase: idle, stage: both, match: [{function: f}]}]", "stage: unknown value 'both'"),
         ("rules: {}", "expected a mapping with a `rules:` list"),
         ("rules: [\n  - {name: x", "is not valid YAML"),
-        ("rules: []\nroles: [{role: gpu, titles: []}]", "role 'gpu': unknown value 'gpu'"),
+        ("rules: []\nroles: [{role: gpu, frames: []}]", "role 'gpu': unknown value 'gpu'"),
         # Booleans are YAML booleans: bool("false") is True, so a quoted one is refused.
         ("rules: [{name: x, phase: startup, anywhere: 'false', match: [{function: f}]}]", "rule 'x': `anywhere:` must be true or false (a YAML boolean, unquoted), got 'false'"),
         ("rules: [{name: x, phase: idle, anywhere: 1, match: [{function: f}]}]", "rule 'x': `anywhere:` must be true or false"),
@@ -49,6 +49,9 @@ def test_minimal_rules_parse() -> None:
         ("rules: [{name: x, phase: idle, match: [{function: f, leaf: 'False'}]}]", "rule 'x': `leaf:` must be true or false"),
         ("rules: [{name: x, phase: idle, match: [{function: f, waiting_only: 'true'}]}]", "rule 'x': `waiting_only:` must be true or false"),
         ("rules: [{name: x, phase: idle, match: [{function: f, under: {function: g, leaf: 'yes'}}]}]", "rule 'x': under: `leaf:` must be true or false"),
+        # Titles decide roles in one place, sidecar/discovery.py; the rules file gives frames.
+        ("rules: []\nroles: [{role: worker, titles: ['^VLLM::Worker']}]", "role 'worker': `titles:` are no longer read from the rules file"),
+        ("rules: []\nroles: [{role: worker, frame: []}]", "role 'worker': unknown keys ['frame']"),
     ],
 )  # fmt: skip
 def test_bad_rules_name_the_problem(text: str, message: str) -> None:
