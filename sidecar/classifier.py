@@ -72,7 +72,7 @@ def role_of(rules: RuleSet, frames: Sequence[Frame], title: str | None) -> Role:
 
     The title is read by discovery's `title_role`, the one place a role is read from a name;
     the rules file only gives stack markers. A forked child keeps its parent's title and root
-    frames until it retitles itself, so the most specific marker wins (PHASES.md, "Roles").
+    frames until it retitles itself, so the most specific marker wins (docs/PHASES.md, "Roles").
     """
     named = {title_role(title) if title else None}
     named.update(r.role for r in rules.roles if _has_marker(r.frames, frames))

@@ -1,6 +1,6 @@
 """The phase rules: `configs/phases.yaml` parsed and validated once into an immutable rule set.
 
-Rules are data (STYLE.md, point 3): when vLLM renames a function, the YAML changes and this
+Rules are data (docs/STYLE.md, point 3): when vLLM renames a function, the YAML changes and this
 module does not. Every error names the rule and the key at fault.
 """
 
@@ -27,7 +27,7 @@ _E = TypeVar("_E", bound=Enum)
 
 class RuleKind(StrEnum):
     PHASE = "phase"  # the innermost matching frame decides the phase
-    WAIT = "wait"  # a waiting primitive: what it waits for decides (PHASES.md, "How to decide" 2)
+    WAIT = "wait"  # a waiting primitive: what it waits for decides (docs/PHASES.md, decide 2)
     SKIP = "skip"  # a wrapper, passed over when looking for the innermost frame
     STAGE = "stage"  # only tells prefill from decode, anywhere in the stack
 

@@ -1,4 +1,4 @@
-"""The parsers against real stack text: the public dumps in ../shared/data/stacks, the outputs
+"""The parsers against real stack text: the public dumps in tests/fixtures/public, the outputs
 recorded from real tools in tests/fixtures/parsers (README there says how), the real vLLM
 recordings in tests/fixtures/recorded when present, and variants of those for each quirk of
 pasting (quotes, log prefixes, cut-off lines). Inline inputs copy the exact shape of the tool's
@@ -45,7 +45,7 @@ def shape(stack: StackSample) -> tuple[str | None, int, str, str, int | None]:
     return (stack.thread_id, len(stack.frames), inner.function, inner.file, inner.line)
 
 
-# ------------------------------------------------------------------ public dumps (shared/)
+# --------------------------------------------------- public dumps (tests/fixtures/public)
 
 # (file, format, [(thread id, frame count, innermost function, file suffix, line)], warned lines)
 PUBLIC = [
