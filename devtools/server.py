@@ -30,7 +30,7 @@ SERVED_MODEL_NAME = "tiny"
 DEFAULT_STARTUP_TIMEOUT_S = 180.0
 STOP_GRACE_S = 20.0
 
-# Environment the server needs on these machines (see shared/VLLM_CPU.md).
+# Environment the server needs on these machines (see docs/VLLM_CPU.md).
 SERVER_ENV: dict[str, str] = {
     "HF_HUB_OFFLINE": "1",  # the model folder is local; never reach for the Hub
     "TRANSFORMERS_OFFLINE": "1",
@@ -90,7 +90,7 @@ class VllmServer:
         return self._last_pid
 
     def command(self) -> list[str]:
-        """The exact command line; the `vllm` console script fails in vllm-cpu (VLLM_CPU.md)."""
+        """The exact command line; vllm-cpu's `vllm` console script fails (docs/VLLM_CPU.md)."""
         env = self._env or ensure_env(self._cache_dir)
         model = self._model_dir or ensure_model(self._cache_dir)
         return [

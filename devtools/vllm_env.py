@@ -39,7 +39,7 @@ _LEAKY_VARS = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV", "PIP_
 BOS_TOKEN, EOS_TOKEN, UNK_TOKEN = "<s>", "</s>", "<unk>"
 VOCAB_SIZE = 512
 
-# head_dim = 256 / 4 = 64: the CPU attention kernel rejects head_dim 16 (VLLM_CPU.md).
+# head_dim = 256 / 4 = 64: the CPU attention kernel rejects head_dim 16 (docs/VLLM_CPU.md).
 MODEL_CONFIG: dict[str, object] = {
     "architectures": ["LlamaForCausalLM"],
     "model_type": "llama",

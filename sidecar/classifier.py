@@ -1,6 +1,6 @@
 """Stack -> (role, phase, stage): a pure function of the stack and the rule set, memoised.
 
-The walk is the one ../shared/PHASES.md ("How to decide") describes; the rules file says which
+The walk is the one docs/PHASES.md ("How to decide") describes; the rules file says which
 frames mean what. The classifier knows no vLLM function name itself.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from sidecar.discovery import title_role
 from sidecar.records import Frame, Label, Phase, Role, StackSample, Stage
 from sidecar.rules import FrameSpec, Rule, RuleKind, RuleSet
 
@@ -17,6 +18,7 @@ STEP_PHASES = frozenset(
     {Phase.PREFILL, Phase.DECODE, Phase.FORWARD, Phase.ATTENTION, Phase.SAMPLING}
 )
 _CACHE_LIMIT = 200_000
+MOST_SPECIFIC_FIRST = (Role.WORKER, Role.ENGINE_CORE, Role.API_SERVER)
 
 
 @dataclass
@@ -66,13 +68,19 @@ def _finish(
 
 
 def role_of(rules: RuleSet, frames: Sequence[Frame], title: str | None) -> Role:
-    """The most specific role whose title or stack markers match (worker, engine, API server)."""
-    for role_rule in rules.roles:
-        if title and any(p.search(title) for p in role_rule.titles):
-            return role_rule.role
-        if any(spec.matches_frame(f) for f in frames for spec in role_rule.frames):
-            return role_rule.role
-    return Role.OTHER
+    """The most specific of the role the title names and the roles the stack's markers name.
+
+    The title is read by discovery's `title_role`, the one place a role is read from a name;
+    the rules file only gives stack markers. A forked child keeps its parent's title and root
+    frames until it retitles itself, so the most specific marker wins (docs/PHASES.md, "Roles").
+    """
+    named = {title_role(title) if title else None}
+    named.update(r.role for r in rules.roles if _has_marker(r.frames, frames))
+    return next((role for role in MOST_SPECIFIC_FIRST if role in named), Role.OTHER)
+
+
+def _has_marker(specs: Sequence[FrameSpec], frames: Sequence[Frame]) -> bool:
+    return any(spec.matches_frame(frame) for frame in frames for spec in specs)
 
 
 def own_frames(rules: RuleSet, frames: Sequence[Frame]) -> Sequence[Frame]:

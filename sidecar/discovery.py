@@ -1,6 +1,6 @@
-"""Which processes form a vLLM deployment, and what role each plays (PHASES.md, "Roles").
+"""Which processes form a vLLM deployment, and what role each plays (docs/PHASES.md, "Roles").
 
-vLLM names its processes with `setproctitle` (VLLM_INTERNALS.md 1.1): `VLLM::EngineCore`,
+vLLM names its processes with `setproctitle` (docs/vllm-internals.md 1): `VLLM::EngineCore`,
 `VLLM::EngineCore_DP0`, `VLLM::Worker_TP0`, `VLLM::APIServer_1`, `VLLM::DPCoordinator`. The API
 server keeps the command line it was launched with, and vLLM before 2025-07 (#21780) titled
 nothing: its helpers are spawned (`python -c "from multiprocessing.spawn import spawn_main ..."`)
@@ -39,7 +39,7 @@ _PY = "^" + _INTERPRETER
 
 # Title (or joined cmdline) patterns in priority order; the first match decides the role. A
 # forked child keeps its parent's identity until it retitles itself, so the most specific role
-# comes first: worker before engine before API server (PHASES.md, "Roles").
+# comes first: worker before engine before API server (docs/PHASES.md, "Roles").
 ROLE_PATTERNS: tuple[tuple[re.Pattern[str], Role], ...] = tuple(
     (re.compile(pattern), role)
     for pattern, role in (
@@ -61,6 +61,24 @@ ROLE_PATTERNS: tuple[tuple[re.Pattern[str], Role], ...] = tuple(
     )
 )
 
+# The names vLLM puts in front of its log lines, `(NAME pid=N) ` (`decorate_logs` in
+# vllm/utils/system_utils.py: the multiprocessing name or the title without `VLLM::`). The stack
+# parsers keep NAME as a pasted stack's process, so the classifier sees these too; they never
+# appear in /proc, so discovery does not accept them as vLLM processes.
+LOG_TAG_PATTERNS: tuple[tuple[re.Pattern[str], Role], ...] = tuple(
+    (re.compile(f"^(?:{pattern})$"), role)
+    for pattern, role in (
+        # V0 `VllmWorkerProcess`, V1-0.8 `VllmWorker-0`, V1-0.10 `VllmWorker TP0`; then the title:
+        # `Worker_TP0`, `Worker_PP1_TP3`, or `Worker (TP1)` as some releases print it; and the
+        # worker's title of vLLM 0.10 without its prefix, as in ROLE_PATTERNS.
+        (r"VllmWorker(?:Process|[- ]\S+)?|Worker(?:_\w+| \(\w+\))?", Role.WORKER),
+        (r"(?:DP)?EngineCore\w*_TP\d+", Role.WORKER),
+        # V1-0.8 `EngineCore_0`; then `EngineCore`, `EngineCore_DP1`, V1-0.10 `DPEngineCore_1`.
+        (r"(?:DP)?EngineCore(?:_\w+)?", Role.ENGINE_CORE),
+        (r"A(?:PI|pi)Server(?:_\d+)?", Role.API_SERVER),  # `APIServer`; mp name `ApiServer_1`
+    )
+)
+
 # Helpers that Python's multiprocessing starts: part of a deployment when their parent is.
 MP_CHILD_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
     re.compile(pattern)
@@ -77,15 +95,26 @@ SERVING_ROLES = frozenset({Role.API_SERVER, Role.ENGINE_CORE, Role.WORKER})
 
 
 def _match(info: ProcessInfo) -> Role | None:
-    for pattern, role in ROLE_PATTERNS:
-        if pattern.search(info.title):
-            return role
-    return None
+    return _first(ROLE_PATTERNS, info.title)
+
+
+def _first(table: tuple[tuple[re.Pattern[str], Role], ...], text: str) -> Role | None:
+    return next((role for pattern, role in table if pattern.search(text)), None)
 
 
 def role_of(info: ProcessInfo) -> Role:
     """The role that the process's title or command line names; OTHER when it names none."""
     return _match(info) or Role.OTHER
+
+
+def title_role(title: str) -> Role | None:
+    """The role a process title, command line or log tag names; None when it names none.
+
+    The one place a role is read from a name. Discovery reads /proc titles with the same
+    ROLE_PATTERNS (`role_of`); the classifier reads the process a stack came with (py-spy's
+    `Process PID: CMDLINE`, or the tag of a pasted log line), so both agree on every title.
+    """
+    return _first(ROLE_PATTERNS, title) or _first(LOG_TAG_PATTERNS, title.strip())
 
 
 def is_vllm(info: ProcessInfo) -> bool:

@@ -1,6 +1,6 @@
 """The phase rules: `configs/phases.yaml` parsed and validated once into an immutable rule set.
 
-Rules are data (STYLE.md, point 3): when vLLM renames a function, the YAML changes and this
+Rules are data (docs/STYLE.md, point 3): when vLLM renames a function, the YAML changes and this
 module does not. Every error names the rule and the key at fault.
 """
 
@@ -27,7 +27,7 @@ _E = TypeVar("_E", bound=Enum)
 
 class RuleKind(StrEnum):
     PHASE = "phase"  # the innermost matching frame decides the phase
-    WAIT = "wait"  # a waiting primitive: what it waits for decides (PHASES.md, "How to decide" 2)
+    WAIT = "wait"  # a waiting primitive: what it waits for decides (docs/PHASES.md, decide 2)
     SKIP = "skip"  # a wrapper, passed over when looking for the innermost frame
     STAGE = "stage"  # only tells prefill from decode, anywhere in the stack
 
@@ -48,6 +48,7 @@ _SPEC_KEYS = frozenset(
 _RULE_KEYS = frozenset(
     {"name", "kind", "phase", "waiting_phase", "stage", "anywhere", "versions", "match"}
 )
+_ROLE_KEYS = frozenset({"role", "frames"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,8 +91,10 @@ class Rule:
 
 @dataclass(frozen=True, slots=True)
 class RoleRule:
+    """Stack markers of a role. Process titles are not here: sidecar/discovery.py's
+    ROLE_PATTERNS alone decide a role from a title, for discovery and the classifier alike."""
+
     role: Role
-    titles: tuple[re.Pattern[str], ...]
     frames: tuple[FrameSpec, ...]
 
 
@@ -213,7 +216,7 @@ def _parse_rule(raw: Any, index: int, source: str) -> Rule:
         phase=phase,
         waiting_phase=_optional_enum(Phase, raw.get("waiting_phase"), f"{where}: waiting_phase"),
         stage=_optional_enum(Stage, raw.get("stage"), f"{where}: stage"),
-        anywhere=bool(raw.get("anywhere", False)),
+        anywhere=_flag(raw, "anywhere", where),
         versions=tuple(str(v) for v in raw.get("versions") or ()),
     )
 
@@ -230,11 +233,11 @@ def _parse_spec(raw: Any, where: str) -> FrameSpec:
         functions=_functions(raw.get("function"), where),
         function_re=_regex(raw.get("function_re"), where),
         file_glob=None if raw.get("file", "*") == "*" else str(raw["file"]),
-        native=None if raw.get("native") is None else bool(raw["native"]),
+        native=None if raw.get("native") is None else _flag(raw, "native", where),
         under=_specs(raw.get("under"), f"{where}: under"),
         parents=_specs(raw.get("parents"), f"{where}: parents"),
-        waiting_only=bool(raw.get("waiting_only", False)),
-        leaf=bool(raw.get("leaf", False)),
+        waiting_only=_flag(raw, "waiting_only", where),
+        leaf=_flag(raw, "leaf", where),
         stage=_optional_enum(Stage, raw.get("stage"), f"{where}: stage"),
     )
 
@@ -243,11 +246,19 @@ def _parse_role(raw: Any, source: str) -> RoleRule:
     if not isinstance(raw, Mapping) or "role" not in raw:
         raise ConfigError(f"{source}: each `roles:` entry needs `role:` ({_names(Role)})")
     where = f"{source}: role {raw['role']!r}"
-    return RoleRule(
-        role=_enum(Role, raw["role"], where),
-        titles=tuple(_regex(t, where) or re.compile("$^") for t in raw.get("titles") or ()),
-        frames=tuple(_parse_spec(s, where) for s in raw.get("frames") or ()),
-    )
+    role = _enum(Role, raw["role"], where)
+    if "titles" in raw:
+        raise ConfigError(
+            f"{where}: `titles:` are no longer read from the rules file; process titles are "
+            "decided by ROLE_PATTERNS in sidecar/discovery.py. Remove `titles:` (keep `frames:`)"
+        )
+    unknown = set(raw) - _ROLE_KEYS
+    if unknown:
+        raise ConfigError(f"{where}: unknown keys {sorted(unknown)}; allowed: {sorted(_ROLE_KEYS)}")
+    frames = raw.get("frames") or ()
+    if not isinstance(frames, list):
+        raise ConfigError(f"{where}: `frames:` must be a list of frame specs")
+    return RoleRule(role=role, frames=tuple(_parse_spec(s, where) for s in frames))
 
 
 def _specs(raw: Any, where: str) -> tuple[FrameSpec, ...]:
@@ -274,6 +285,17 @@ def _regex(raw: Any, where: str) -> re.Pattern[str] | None:
         return re.compile(str(raw))
     except re.error as exc:
         raise ConfigError(f"{where}: bad regular expression {raw!r}: {exc}") from exc
+
+
+def _flag(raw: Mapping[str, Any], key: str, where: str) -> bool:
+    """A YAML boolean, strictly: `bool("false")` is True, so a quoted "false" would silently
+    turn a rule on; only true/false (unquoted) are taken."""
+    value = raw.get(key, False)
+    if isinstance(value, bool):
+        return value
+    raise ConfigError(
+        f"{where}: `{key}:` must be true or false (a YAML boolean, unquoted), got {value!r}"
+    )
 
 
 def _enum(cls: type[_E], raw: Any, where: str) -> _E:

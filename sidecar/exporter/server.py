@@ -68,7 +68,8 @@ def start_exporter(listen: str | None, state: ExporterState) -> ExporterHandle |
 
 def _bind_failed(address: ListenAddress, error: OSError) -> str:
     where = f"port {address.port} on {address.host}"
-    fix = "set exporter.listen / --exporter-listen to"
+    # The setting's three spellings, as config.py and cli.py read them.
+    fix = "set exporter_listen (config file), VLLM_SIDECAR_EXPORTER_LISTEN or --exporter-listen to"
     if error.errno == errno.EADDRINUSE:
         return f"{where} is in use: {fix} a free port, or `off`"
     if error.errno == errno.EACCES:

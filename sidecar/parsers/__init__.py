@@ -66,7 +66,9 @@ _PYTEST_STACK = re.compile(r"~+ Stack of .* \(\d+\) ~+")
 
 def detect_format(text: str) -> InputFormat:
     body = [line.text.strip() for line in clean_lines(text) if line.text.strip()]
-    if _JSON_START.match("\n".join(body[:2])):
+    # py-spy pretty-prints, so `[` stands alone on the first line: that decides by itself, so
+    # that a garbled second line does not turn a cut JSON dump into hundreds of bad text frames.
+    if _JSON_START.match(body[0] if body else "") or _JSON_START.match("\n".join(body[:2])):
         return InputFormat.PYSPY_JSON
     if body and 2 * sum(bool(_RAW_LINE.fullmatch(line)) for line in body) > len(body):
         return InputFormat.PYSPY_RAW

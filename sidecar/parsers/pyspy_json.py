@@ -34,7 +34,7 @@ def _salvage_list(text: str, pos: int) -> list[Any]:
     while pos < len(text) and text[pos] != "]":
         try:
             item, pos = _DECODER.raw_decode(text, pos)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             break
         items.append(item)
         pos = _skip_space(text, pos, also=",")
@@ -47,18 +47,23 @@ def _documents(text: str, log: WarningLog) -> list[Any]:
     while pos < len(text):
         try:
             doc, pos = _DECODER.raw_decode(text, pos)
-        except json.JSONDecodeError as error:
+        except (json.JSONDecodeError, RecursionError) as error:
             partial = _salvage_list(text, pos) if text[pos] == "[" else []
             docs.append(partial)
-            log.line(
-                error.lineno,
-                f"JSON cut off or invalid ({error.msg}); kept {len(partial)} "
-                "complete threads before it",
-            )
+            line, what = _failure(error, text, pos)
+            log.line(line, f"{what}; kept {len(partial)} complete threads before it")
             break
         docs.append(doc)
         pos = _skip_space(text, pos)
     return docs
+
+
+def _failure(error: Exception, text: str, pos: int) -> tuple[int, str]:
+    """The line and the words of a decoding failure. The decoder recurses once per level of
+    nesting (py-spy writes four), so input nested past Python's limit raises RecursionError."""
+    if isinstance(error, json.JSONDecodeError):
+        return error.lineno, f"JSON cut off or invalid ({error.msg})"
+    return text.count("\n", 0, pos) + 1, "JSON nested too deeply to be a py-spy dump"
 
 
 def _traces(doc: Any) -> list[Any]:

@@ -1,7 +1,7 @@
 """Frozen records passed between the pipeline's stages.
 
 sample -> parse -> classify -> aggregate -> snapshot -> writers. Each stage takes and returns these
-records; pandas appears only in the writers (STYLE.md, point 1).
+records; pandas appears only in the writers (docs/STYLE.md, point 1).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from enum import StrEnum
 
 
 class Phase(StrEnum):
-    """The fifteen serving phases of ../shared/PHASES.md (the classifier's contract)."""
+    """The fifteen serving phases of docs/PHASES.md (the classifier's contract)."""
 
     STARTUP = "startup"
     INPUT_PROCESSING = "input_processing"
@@ -79,7 +79,7 @@ class StackSample:
     thread_name: str | None = None
     pid: int | None = None
     process: str | None = None  # the process's command line or title, when the input names it
-    idle: bool | None = None  # py-spy's own (idle)/(active) flag; informative only (PHASES.md 2)
+    idle: bool | None = None  # py-spy's own (idle)/(active) flag; informative (docs/PHASES.md 2)
     source: str | None = None
 
 

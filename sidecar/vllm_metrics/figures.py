@@ -3,7 +3,7 @@
 Counters and histograms become deltas between the two scrapes, summed over every label set
 (`model_name`, `engine`, `finished_reason`), the way `sum(rate(...))` reads them in PromQL; gauges
 and `vllm:cache_config_info` come from the last scrape. Metric names are data: each figure lists
-the names it accepts, newest first, because vLLM renamed several (VLLM_INTERNALS.md 4).
+the names it accepts, newest first, because vLLM renamed several (docs/vllm-internals.md 4).
 """
 
 from __future__ import annotations

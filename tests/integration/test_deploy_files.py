@@ -1,5 +1,5 @@
 """The deployment files (systemd units, Dockerfile, docker-compose.yml, Prometheus and Nginx
-configs) against real validators, against the promises the README's deployment section makes about them, and the
+configs) against real validators, against the promises docs/deploy.md makes about them, and the
 units' capabilities against a real py-spy.
 
 The validators run through scripts/validate-deploy.sh (no Docker engine and no running systemd

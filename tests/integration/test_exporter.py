@@ -307,8 +307,8 @@ def test_port_in_use_names_the_fix(state: ExporterState) -> None:
         with pytest.raises(ConfigError) as caught:
             start_exporter(f"127.0.0.1:{port}", state)
     assert str(caught.value) == (
-        f"port {port} on 127.0.0.1 is in use: set exporter.listen / --exporter-listen "
-        "to a free port, or `off`"
+        f"port {port} on 127.0.0.1 is in use: set exporter_listen (config file), "
+        "VLLM_SIDECAR_EXPORTER_LISTEN or --exporter-listen to a free port, or `off`"
     )
 
 

@@ -1,4 +1,4 @@
-"""Snapshots of a real vLLM CPU server under each workload (PHASES.md's expectations per role).
+"""Snapshots of a real vLLM CPU server under each workload (docs/PHASES.md's expectations per role).
 
 One window per workload, taken through the CLI in-process (py-spy and vLLM are real processes).
 The load runs wholly inside the window (from 2 s after it opens to 3 s before it closes), so
@@ -31,7 +31,7 @@ RATE_HZ = "20"
 WINDOW_S = 14.0
 LOAD_START_S, LOAD_S = 2.0, 9.0
 
-# PHASES.md / the issue: where each role's samples are expected to go.
+# docs/PHASES.md / the issue: where each role's samples are expected to go.
 EXPECTED = {
     "worker": {"forward", "attention", "sampling", "kv_cache", "communication", "idle"},
     "engine_core": {"scheduling", "model_wait", "communication", "idle", "kv_cache"},

@@ -1,8 +1,8 @@
-"""The classifier against PHASES.md, as tables whose rows name the vLLM version they come from.
+"""The classifier against docs/PHASES.md, as tables whose rows name the vLLM version they come from.
 
 Rows are stacks leaf first, written as py-spy prints frames (`function (file:line)`); the frames
-of GPU-only paths (FlashInfer, MLA, CUDA graphs, NCCL) come from ../shared/VLLM_INTERNALS.md,
-which read them from vLLM's source at the named commit. The real dumps in ../shared/data/stacks
+of GPU-only paths (FlashInfer, MLA, CUDA graphs, NCCL) were read from vLLM's source at the commit
+each version tag names (docs/vllm-internals.md, section 0). The real dumps in tests/fixtures/public
 and the recordings in tests/fixtures/recorded are tested in test_dev_stacks.py.
 """
 
@@ -310,6 +310,6 @@ def test_classifier_memoises_per_stack() -> None:
 
 
 def test_every_phase_is_reachable_from_the_rules() -> None:
-    """All fifteen phases of PHASES.md appear in the rules file or the walk's defaults."""
+    """All fifteen phases of docs/PHASES.md appear in the rules file or the walk's defaults."""
     named = {r.phase for r in RULES.rules if r.phase} | {Phase.IDLE, Phase.OTHER, Phase.PREFILL}
     assert named == set(Phase)

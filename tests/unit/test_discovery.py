@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from sidecar import classifier
+from sidecar.classifier import Classifier
 from sidecar.discovery import (
     Deployment,
     discover,
@@ -17,10 +19,15 @@ from sidecar.discovery import (
     is_vllm,
     no_server_error,
     role_of,
+    title_role,
 )
 from sidecar.errors import AttachError
+from sidecar.parsers import parse_text
 from sidecar.procfs import ProcFs
 from sidecar.records import ProcessInfo, Role
+from sidecar.rules import load_rules
+
+RULES = load_rules()
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "proc"
 VENV = "/root/.cache/vllm-sidecar/vllm-venv/bin/python"
@@ -89,6 +96,80 @@ def test_role_of(cmdline: tuple[str, ...], role: Role, vllm: bool, origin: str) 
     info = process(*cmdline)
     assert role_of(info) is role, origin
     assert is_vllm(info) is vllm, origin
+
+
+# --- one place reads a role from a title: discovery and the classifier agree ---------------------
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "role", "vllm", "origin"), ROLE_ROWS, ids=[" ".join(r[0]) for r in ROLE_ROWS]
+)
+def test_the_classifier_reads_titles_as_discovery_does(
+    cmdline: tuple[str, ...], role: Role, vllm: bool, origin: str
+) -> None:
+    """The same title, as /proc shows it and as py-spy prints it (`Process PID: TITLE`), gives
+    the same role with no stack markers to go by. The rules file used to hold its own title
+    regexes, which took `VLLM::EngineCore_TP0` (a vLLM 0.10 worker) for an EngineCore and a Ray
+    actor titled `ray::Worker` for a vLLM worker."""
+    title = process(*cmdline).title
+    assert classifier.role_of(RULES, (), title) is role_of(process(*cmdline)) is role, origin
+
+
+# The names vLLM prefixes its log lines with, `(NAME pid=N) `, which a pasted stack keeps as its
+# process: (name, role, where it comes from). None of them is a /proc title.
+LOG_TAGS = [
+    ("VllmWorkerProcess", WORKER, "V0-0.7 multiproc worker"),
+    ("VllmWorker-0", WORKER, "V1-0.8 multiprocessing name"),
+    ("VllmWorker TP0", WORKER, "V1-0.10"),
+    ("Worker", WORKER, "U: the title without VLLM::"),
+    ("Worker_TP1", WORKER, "U"),
+    ("Worker_PP1_TP3", WORKER, "U"),
+    ("Worker (TP1)", WORKER, "the pid-less tag the parsers read"),
+    ("EngineCore_TP0", WORKER, "0.10's worker title without VLLM::"),
+    ("EngineCore_0", ENGINE, "V1-0.8"),
+    ("EngineCore", ENGINE, "U"),
+    ("EngineCore_DP1", ENGINE, "U"),
+    ("APIServer", API, "U: decorate_logs('APIServer')"),
+    ("ApiServer_1", API, "U: multiprocessing name with --api-server-count"),
+    ("Workers", OTHER, "not vLLM's"),
+    ("MyWorker", OTHER, "not vLLM's"),
+]
+
+
+@pytest.mark.parametrize(("tag", "role", "origin"), LOG_TAGS, ids=[t[0] for t in LOG_TAGS])
+def test_log_tags_name_roles_for_the_classifier_only(tag: str, role: Role, origin: str) -> None:
+    assert (title_role(tag) or OTHER) is role, origin
+    assert classifier.role_of(RULES, (), tag) is role, origin
+    assert not is_vllm(process(tag)), "a log tag is no /proc title: discovery ignores it"
+
+
+def test_a_pasted_worker_log_is_read_as_a_worker() -> None:
+    """End to end: the tag of a pasted line reaches the classifier through the parser."""
+    paste = (
+        '(VllmWorker TP0 pid=812) Thread 812 (idle): "MainThread"\n'
+        "(VllmWorker TP0 pid=812)     wait (threading.py:355)\n"
+    )
+    (stack,) = parse_text(paste).stacks
+    assert Classifier(RULES).classify(stack).role is WORKER
+
+
+@pytest.mark.parametrize(
+    ("title", "frame", "role"),
+    [
+        ("ray::Worker", None, OTHER),
+        ("ray::RayWorkerWrapper.execute_method", "execute_method (vllm/executor/ray_utils.py:1)", WORKER),
+        ("VLLM::EngineCore_TP0", "run_engine_core (vllm/v1/engine/core.py:1)", WORKER),
+        ("VLLM::EngineCore", "worker_main (vllm/v1/executor/multiproc_executor.py:1)", WORKER),
+        ("VLLM::APIServer_0", "run_engine_core (vllm/v1/engine/core.py:1)", ENGINE),
+        ("VLLM::Worker_TP0", "run_server (vllm/entrypoints/openai/api_server.py:1)", WORKER),
+    ],
+)  # fmt: skip
+def test_the_most_specific_of_title_and_stack_wins(
+    title: str, frame: str | None, role: Role
+) -> None:
+    """A forked child keeps its parent's title and root frames: the most specific role wins."""
+    frames = parse_text(f"Thread 1 (idle)\n    {frame}\n").stacks[0].frames if frame else ()
+    assert classifier.role_of(RULES, frames, title) is role
 
 
 @pytest.mark.parametrize(

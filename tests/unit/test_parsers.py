@@ -1,4 +1,4 @@
-"""The parsers against real stack text: the public dumps in ../shared/data/stacks, the outputs
+"""The parsers against real stack text: the public dumps in tests/fixtures/public, the outputs
 recorded from real tools in tests/fixtures/parsers (README there says how), the real vLLM
 recordings in tests/fixtures/recorded when present, and variants of those for each quirk of
 pasting (quotes, log prefixes, cut-off lines). Inline inputs copy the exact shape of the tool's
@@ -45,7 +45,7 @@ def shape(stack: StackSample) -> tuple[str | None, int, str, str, int | None]:
     return (stack.thread_id, len(stack.frames), inner.function, inner.file, inner.line)
 
 
-# ------------------------------------------------------------------ public dumps (shared/)
+# --------------------------------------------------- public dumps (tests/fixtures/public)
 
 # (file, format, [(thread id, frame count, innermost function, file suffix, line)], warned lines)
 PUBLIC = [
@@ -527,6 +527,8 @@ DETECT = [
     ("[W102 12:00:00.000 ProcessGroupNCCL.cpp:1] Warning\nTraceback (most recent call last):\n"
      '  File "/a.py", line 1, in f\n', InputFormat.TRACEBACK),
     ("[]", InputFormat.PYSPY_JSON),
+    # py-spy's pretty-printed `[` alone on line 1, then a garbled line (found by test_properties)
+    ("[\n=\n  {\n    \"pid\": 1,\n", InputFormat.PYSPY_JSON),
     ('{"traces": []}', InputFormat.PYSPY_JSON),
     ("main (app.py:3) 5\n", InputFormat.PYSPY_RAW),
     ("Thread 0x1 (most recent call first):\n", InputFormat.FAULTHANDLER),
@@ -551,6 +553,21 @@ def test_empty_file(tmp_path: Path) -> None:
     path = tmp_path / "empty.txt"
     path.write_text("\n  \n")
     assert parse_file(path) == ParseResult((), (f"no stack found in {path}: {NO_STACK}",))
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [('[{"frames":' * 3000, 0), ("[\n" + '{"a": ' * 50_000, 0),
+     ('[\n{"frames": []},\n' + "[" * 100_000, 1)],
+    ids=["nested-threads", "nested-objects", "nested-after-a-thread"],
+)  # fmt: skip
+def test_json_nested_past_the_recursion_limit_is_a_warning(text: str, kept: int) -> None:
+    """json's decoder recurses per level and raised RecursionError (found by test_properties);
+    the threads before the deep part are kept."""
+    result = parse_pyspy_json(text)
+    assert "line 1: JSON nested too deeply to be a py-spy dump; kept" in result.warnings[0]
+    assert len(result.stacks) == kept
+    assert parse_text(text).format == "pyspy_json"
 
 
 def test_garbage_gives_capped_warnings_and_no_stack() -> None:

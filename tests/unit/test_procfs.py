@@ -1,7 +1,7 @@
 """ProcFs against fixture trees (tests/fixtures/proc/<scenario>/<pid>/...) and this machine's /proc.
 
 The fixture files copy the real formats of /proc/PID/{stat,status,maps} (kernel 6.x); the
-command lines are those of real vLLM deployments (VLLM_INTERNALS.md 1.1).
+command lines are those of real vLLM deployments (docs/vllm-internals.md 1.1).
 """
 
 from __future__ import annotations

@@ -41,7 +41,17 @@ def test_minimal_rules_parse() -> None:
         ("rules: [{name: x, phase: idle, stage: both, match: [{function: f}]}]", "stage: unknown value 'both'"),
         ("rules: {}", "expected a mapping with a `rules:` list"),
         ("rules: [\n  - {name: x", "is not valid YAML"),
-        ("rules: []\nroles: [{role: gpu, titles: []}]", "role 'gpu': unknown value 'gpu'"),
+        ("rules: []\nroles: [{role: gpu, frames: []}]", "role 'gpu': unknown value 'gpu'"),
+        # Booleans are YAML booleans: bool("false") is True, so a quoted one is refused.
+        ("rules: [{name: x, phase: startup, anywhere: 'false', match: [{function: f}]}]", "rule 'x': `anywhere:` must be true or false (a YAML boolean, unquoted), got 'false'"),
+        ("rules: [{name: x, phase: idle, anywhere: 1, match: [{function: f}]}]", "rule 'x': `anywhere:` must be true or false"),
+        ("rules: [{name: x, phase: idle, match: [{function: f, native: 'no'}]}]", "rule 'x': `native:` must be true or false"),
+        ("rules: [{name: x, phase: idle, match: [{function: f, leaf: 'False'}]}]", "rule 'x': `leaf:` must be true or false"),
+        ("rules: [{name: x, phase: idle, match: [{function: f, waiting_only: 'true'}]}]", "rule 'x': `waiting_only:` must be true or false"),
+        ("rules: [{name: x, phase: idle, match: [{function: f, under: {function: g, leaf: 'yes'}}]}]", "rule 'x': under: `leaf:` must be true or false"),
+        # Titles decide roles in one place, sidecar/discovery.py; the rules file gives frames.
+        ("rules: []\nroles: [{role: worker, titles: ['^VLLM::Worker']}]", "role 'worker': `titles:` are no longer read from the rules file"),
+        ("rules: []\nroles: [{role: worker, frame: []}]", "role 'worker': unknown keys ['frame']"),
     ],
 )  # fmt: skip
 def test_bad_rules_name_the_problem(text: str, message: str) -> None:
@@ -49,6 +59,19 @@ def test_bad_rules_name_the_problem(text: str, message: str) -> None:
         parse_rules(text, source="my.yaml")
     assert message in str(err.value)
     assert "my.yaml" in str(err.value)
+
+
+def test_booleans_are_read_as_written() -> None:
+    text = """
+rules:
+  - {name: a, phase: startup, anywhere: false, match: [{function: f, native: false, leaf: true}]}
+  - {name: b, phase: startup, anywhere: true, match: [{function: g, waiting_only: true}]}
+"""
+    a, b = parse_rules(text).rules
+    assert (a.anywhere, a.specs[0].native, a.specs[0].leaf, a.specs[0].waiting_only) == (
+        False, False, True, False
+    )  # fmt: skip
+    assert (b.anywhere, b.specs[0].native, b.specs[0].waiting_only) == (True, None, True)
 
 
 def test_missing_rules_file_names_the_fix(tmp_path: Path) -> None:
