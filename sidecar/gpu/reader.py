@@ -122,6 +122,11 @@ class NvmlReader:
             except _NvmlGone as gone:
                 self.close()  # the next read starts NVML again
                 return GpuReading(taken_at, wall_time, available=False, reason=str(gone))
+            except _DeviceLost as lost:  # the device count itself: no device can be read
+                return GpuReading(taken_at, wall_time, available=False, errors=(str(lost),),
+                                  reason=f"NVML lost the GPUs while counting them ({lost}): "
+                                  "check `dmesg` for Xid errors; a GPU reset or a reboot "
+                                  "may be needed")  # fmt: skip
             unsupported, errors = tuple(self._unsupported), tuple(self._errors)
         self._warn_unmapped(pidmap, devices)
         return GpuReading(
@@ -144,8 +149,8 @@ class NvmlReader:
             try:
                 count = self._call("nvml.device_count", self._api.device_count) or 0
                 return {f"gpu{i}": self._utilization(i) for i in range(count)}
-            except _NvmlGone:
-                return {}  # the next read() closes and restarts NVML
+            except (_NvmlGone, _DeviceLost):
+                return {}  # read() says why; the next read() restarts NVML if it is gone
 
     def _utilization(self, index: int) -> int | None:
         label = f"gpu{index}"

@@ -420,6 +420,19 @@ def test_a_lost_gpu_is_marked_and_the_others_still_read(caplog: pytest.LogCaptur
     assert "Xid" in error
 
 
+@pytest.mark.parametrize("code", ["NVML_ERROR_GPU_IS_LOST", "NVML_ERROR_RESET_REQUIRED"])
+def test_a_lost_gpu_while_counting_is_an_unavailable_reading_not_an_exception(code: str) -> None:
+    """It escaped `read()` as a private exception on 0.1, which the daemon counts as a bug."""
+    data = fixture("h100_tp1")
+    data["device_count"] = {"sequence": [1, {"error": code}, {"error": code}]}
+    reader, _ = reader_for(data)
+    assert reader.open() is None  # open() asks for the count once, then each read asks again
+    reading = reader.read()
+    assert not reading.available and reading.devices == ()
+    assert reading.reason is not None and "dmesg" in reading.reason
+    assert reader.read_utilization() == {}
+
+
 def test_nvml_gone_mid_run_is_unavailable_then_restarted() -> None:
     count = {"sequence": [1, {"error": "NVML_ERROR_UNINITIALIZED"}, 1]}
     data = fixture("h100_tp1")
