@@ -13,7 +13,7 @@ from sidecar.discovery import configured_target
 from sidecar.pipeline import (
     WindowReaders,
     host_procfs,
-    metrics_source_for,
+    metrics_for,
     open_gpu_reader,
     profile_window,
 )
@@ -22,6 +22,7 @@ from sidecar.pyspy import SubprocessPySpy, whole_rate
 from sidecar.records.summary import SnapshotSummary
 from sidecar.rules import load_rules
 from sidecar.sampler import RateController, Sampler
+from sidecar.vllm_metrics import HttpMetricsSource
 from sidecar.writers import write_snapshot
 
 if TYPE_CHECKING:
@@ -56,12 +57,14 @@ def take_snapshot(
         segment_s=5.0 if budget else options.duration_s,
         alive=lambda: target.still_alive(procfs),
     )
-    readers = WindowReaders(
-        procfs=procfs,
-        metrics=metrics_source_for(target, config.metrics.url, config.metrics.timeout_s),
-        gpu=open_gpu_reader(config.gpu),
-        host_procfs=host_procfs(config.target.host_proc),
-    )
+    url = config.metrics.url
+    configured = HttpMetricsSource(url, timeout_s=config.metrics.timeout_s) if url else None
+    metrics, unread = metrics_for(target, configured, config.metrics.timeout_s)
+    if unread is not None:
+        log.warning("vLLM's /metrics will not be read: %s", unread)
+    readers = WindowReaders(procfs=procfs, metrics=metrics, metrics_unread=unread,
+                            gpu=open_gpu_reader(config.gpu),
+                            host_procfs=host_procfs(config.target.host_proc))  # fmt: skip
     try:
         snap = profile_window(target, sampler, Classifier(rules), readers, options.duration_s)
     finally:

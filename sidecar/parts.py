@@ -25,7 +25,7 @@ from sidecar.gpu import NvmlReader
 from sidecar.pipeline import (
     WindowReaders,
     host_procfs,
-    metrics_source_for,
+    metrics_for,
     open_gpu_reader,
     profile_window,
 )
@@ -37,7 +37,6 @@ from sidecar.schedule import Schedule
 from sidecar.snapshot import Snapshot
 from sidecar.store import DiskState, Retention, SnapshotStore, WriteOutcome, check_writable
 from sidecar.vllm_metrics import HttpMetricsSource, MetricsScrape, MetricsSource, take_scrape
-from sidecar.vllm_metrics.endpoint import MetricsUrlError
 
 
 class Store(Protocol):
@@ -156,12 +155,7 @@ def real_collector(
     sampler = Sampler(runner=parts.runner, pid=target.root.pid, controller=parts.controller,
                       segment_s=min(15.0, config.schedule.window_s), alive=alive, clock=clock,
                       wall_clock=wall_clock, fail_fast=first)  # fmt: skip
-    metrics, unread = parts.metrics, None
-    if metrics is None:  # no URL configured: the one vLLM's flags imply, if they do
-        try:
-            metrics = metrics_source_for(target, None, config.metrics.timeout_s)
-        except MetricsUrlError as exc:
-            unread = str(exc)
+    metrics, unread = metrics_for(target, parts.metrics, config.metrics.timeout_s)
     watch = _ScrapeWatch()
     readers = WindowReaders(procfs=parts.procfs, metrics=metrics, gpu=parts.gpu,
                             host_procfs=host_procfs(config.target.host_proc),

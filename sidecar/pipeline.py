@@ -49,6 +49,7 @@ from sidecar.vllm_metrics import (
     serving_figures,
     take_scrape,
 )
+from sidecar.vllm_metrics.endpoint import MetricsUrlError
 
 log = logging.getLogger("vllm_sidecar")
 
@@ -176,6 +177,19 @@ def metrics_source_for(target: Deployment, url: str | None, timeout_s: float) ->
         api = _api_server(target) or target.root
         url = metrics_url_from_cmdline(api.cmdline)
     return HttpMetricsSource(url, timeout_s=timeout_s)
+
+
+def metrics_for(
+    target: Deployment, configured: MetricsSource | None, timeout_s: float
+) -> tuple[MetricsSource | None, str | None]:
+    """The configured /metrics, else the one vLLM's flags imply; or None and why there is
+    none (vLLM on a Unix socket, a --port that is no port): the window goes on without it."""
+    if configured is not None:
+        return configured, None
+    try:
+        return metrics_source_for(target, None, timeout_s), None
+    except MetricsUrlError as exc:
+        return None, str(exc)
 
 
 def open_gpu_reader(enabled: bool = True) -> NvmlReader | None:

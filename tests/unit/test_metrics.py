@@ -581,3 +581,23 @@ def test_take_scrape_catches_any_source_error_and_uses_the_injected_clocks() -> 
     scrape = take_scrape(Broken(), clock=lambda: next(ticks), wall_clock=lambda: 1e9)
     assert scrape.error == f"scrape of {URL} failed: RuntimeError: bug in a source"
     assert (scrape.taken_at, scrape.fetch_s, scrape.wall) == (11.0, 2.0, 1e9)
+
+
+@pytest.mark.parametrize(
+    ("flags", "why"),
+    [(("--uds", "/run/vllm.sock"), "Unix socket"), (("--port", "eighty"), "not a TCP port")],
+)
+def test_a_server_without_a_metrics_url_is_a_reason_not_an_error(
+    flags: tuple[str, ...], why: str
+) -> None:
+    """`snapshot` exited 2 on such a server (0.1): now the window goes on, metrics unread."""
+    from sidecar.discovery import Deployment
+    from sidecar.pipeline import metrics_for
+    from sidecar.records import ProcessInfo, Role
+
+    cmdline = ("python", "-m", "vllm.entrypoints.openai.api_server", *flags)
+    api = ProcessInfo(10, 1, 1, cmdline, " ".join(cmdline), Role.API_SERVER)
+    source, unread = metrics_for(Deployment(api, (api,)), None, 2.0)
+    assert source is None and unread is not None and why in unread
+    plain = dataclasses.replace(api, cmdline=cmdline[:3])
+    assert metrics_for(Deployment(plain, (plain,)), None, 2.0)[0] is not None
