@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv vllm-env lint unit integration test demo bench soak validate-deploy schema clean
+.PHONY: venv vllm-env lint unit integration test demo bench soak noise validate-deploy schema clean
 
 venv: $(STAMP)
 
@@ -42,6 +42,10 @@ bench: vllm-env
 
 soak: vllm-env
 	$(BIN)/python benchmarks/soak.py
+
+# Re-measure the live tests' noise on this machine (about 15 min); commit the new record.
+noise: vllm-env
+	$(BIN)/python benchmarks/noise.py
 
 schema: venv
 	$(BIN)/python -m devtools.schema

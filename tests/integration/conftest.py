@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from devtools.live_window import SERVER_ENV
 from devtools.loadgen import BackgroundLoad
 from devtools.loadgen import background_load as _background_load
 from devtools.server import VllmServer
@@ -24,9 +25,9 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer
     tests fail. Its log is kept in the session's temporary folder."""
     server = VllmServer(
         log_path=Path(tmp_path_factory.mktemp("vllm")) / "server.log",
-        # vLLM's "Avg prompt throughput" log line every 2 s instead of 10 s, so a snapshot's
-        # window holds several of them to compare with (test_live_snapshot.py).
-        extra_env={"VLLM_LOG_STATS_INTERVAL": "2"},
+        # vLLM's "Avg prompt throughput" line every 2 s, with milliseconds: a snapshot's window
+        # holds several to compare with (test_live_snapshot.py, devtools/live_window.py).
+        extra_env=SERVER_ENV,
     )
     server.start()  # stops what it started if it fails
     try:

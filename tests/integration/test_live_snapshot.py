@@ -1,96 +1,94 @@
 """Snapshots of a real vLLM CPU server under each workload (docs/PHASES.md's expectations per role).
 
-One window per workload, taken through the CLI in-process (py-spy and vLLM are real processes).
-The load runs wholly inside the window (from 2 s after it opens to 3 s before it closes), so
-the snapshot's counts can be compared with the load generator's own counts and with vLLM's own
-log lines. The rate is raised above the default so a window has enough samples for shares to
-be stable; the default's cost is measured by benchmarks/overhead.py, not here.
+One window per workload, taken by devtools/live_window.py: `vllm-sidecar snapshot` as a process
+of its own, with the load from the moment py-spy samples until 5 s before the window closes,
+so the snapshot's counts can be compared with the load generator's and with vLLM's own log.
+
+Every bound rests on the noise recorded on this machine (tests/fixtures/noise, written by
+benchmarks/noise.py from windows taken by the same function): a comparison between workloads
+asserts a margin derived from the recorded spread (devtools/noise.py), and a bound the docs
+state is checked against that record by tests/unit/test_noise_bounds.py. A window is taken again
+only when the sidecar itself reports it invalid (py-spy 1 s or more behind, or a partial
+window), up to ATTEMPTS times (from the record's rate of invalid windows): never because an
+assertion failed.
 """
 
 from __future__ import annotations
 
-import json
-import re
-import threading
-import time
-from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
 
-from devtools.loadgen import LoadResult, run_load_process
+from devtools.live_window import EXPECTED, WORKLOADS, LiveWindow, measures, take_window
+from devtools.noise import CLAIMS, COMPARISONS, Claim, attempts, load_record, margin
 from devtools.server import VllmServer
-from sidecar.cli import main
 
 pytestmark = pytest.mark.integration
 
-WORKLOADS = ("prefill-heavy", "decode-heavy", "mixed")
-RATE_HZ = "20"
-WINDOW_S = 14.0
-LOAD_START_S, LOAD_S = 2.0, 9.0
-
-# docs/PHASES.md / the issue: where each role's samples are expected to go.
-EXPECTED = {
-    "worker": {"forward", "attention", "sampling", "kv_cache", "communication", "idle"},
-    "engine_core": {"scheduling", "model_wait", "communication", "idle", "kv_cache"},
-    "api_server": {"input_processing", "output_processing", "idle"},
-}
-
-
-LOADS: dict[str, LoadResult] = {}  # workload -> the load generator's own result
-
-
-ATTEMPTS = 3  # windows taken per workload at most, until one is on time
-LATE: dict[str, list[float]] = {}  # workload -> how far py-spy fell behind, per attempt
-
-
-def _window(
-    server: VllmServer, workload: str, folder: Path, attempt: int
-) -> tuple[Path, LoadResult]:
-    args = ["snapshot", "--pid", str(server.pid), "--duration", str(WINDOW_S),
-            "--rate", RATE_HZ, "--out", str(folder)]  # fmt: skip
-    codes: list[int] = []
-    window = threading.Thread(target=lambda: codes.append(main(args)))
-    window.start()
-    time.sleep(LOAD_START_S)
-    # A new seed each attempt: a retake with the same prompts would hit vLLM's prefix cache,
-    # and its log line counts only the prompt tokens it computed.
-    load = run_load_process(server.base_url, workload, LOAD_S, seed=attempt)
-    window.join(WINDOW_S + 60)
-    assert codes == [0] and load.requests_ok > 0
-    (snap,) = [p for p in folder.iterdir() if not p.name.startswith(".")]
-    return snap, load
+RECORD = load_record()
+MARGINS = [margin(RECORD, *comparison) for comparison in COMPARISONS]
+ATTEMPTS = attempts(RECORD)  # windows per workload at most, until one is valid
+TAKEN: dict[str, list[LiveWindow]] = {}  # workload -> every window taken, in order
 
 
 @pytest.fixture(scope="module")
-def snapshots(vllm_server: VllmServer, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """One on-time window per workload. On this 2-core box vLLM's sched_yield spinning can stall
-    any sleeping process for seconds (README, "Measured here"); py-spy then reports being
-    behind and takes the missed samples in a burst, so such a window's shares lean towards
-    the idle time after the load. The snapshot says so (tested below); the accuracy tests need
-    a window that was on time, so a late one is taken again, up to ATTEMPTS times."""
-    out: dict[str, Path] = {}
+def windows(
+    vllm_server: VllmServer, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, LiveWindow]:
+    """The first valid window per workload (absent when none of ATTEMPTS was valid)."""
+    out: dict[str, LiveWindow] = {}
     for workload in WORKLOADS:
-        late = LATE.setdefault(workload, [])
+        taken = TAKEN.setdefault(workload, [])
         for attempt in range(ATTEMPTS):
-            snap, load = _window(vllm_server, workload, tmp_path_factory.mktemp(workload), attempt)
-            late.append(json.loads((snap / "summary.json").read_text())["sampling"]["behind_s"])
-            if late[-1] <= min(late):  # the best so far (on a stalling host, the least late)
-                out[workload], LOADS[workload] = snap, load
-            if late[-1] < 1.0:
+            # A new seed each attempt: new prompts, not the same ones again.
+            folder = tmp_path_factory.mktemp(workload)
+            taken.append(take_window(vllm_server, workload, folder, seed=attempt))
+            if taken[-1].invalid_reason is None:
+                out[workload] = taken[-1]
                 break
-    print("py-spy lateness per attempt:", LATE)
+    print(
+        "windows taken:", {w: [t.invalid_reason or "valid" for t in ts] for w, ts in TAKEN.items()}
+    )
     return out
 
 
-def summary(snapshots: dict[str, Path], workload: str) -> dict[str, Any]:
-    return json.loads((snapshots[workload] / "summary.json").read_text())  # type: ignore[no-any-return]
+def valid(windows: dict[str, LiveWindow], workload: str) -> LiveWindow:
+    """WORKLOAD's valid window. Without one, the accuracy checks are skipped, not failed: the
+    sidecar said why each window cannot be trusted (test_a_late_window_says_so checks that it
+    says so), and failing would make the suite's colour depend on how starved the host was."""
+    if workload not in windows:
+        reasons = [t.invalid_reason for t in TAKEN[workload]]
+        pytest.skip(
+            f"the sidecar reported all {len(reasons)} {workload} windows invalid: {reasons}"
+        )
+    return windows[workload]
 
 
-def test_target_processes_and_roles(snapshots: dict[str, Path], vllm_server: VllmServer) -> None:
-    target = summary(snapshots, "mixed")["target"]
+def latest(windows: dict[str, LiveWindow], workload: str) -> LiveWindow:
+    """WORKLOAD's last window, valid or not: for checks that do not depend on its timing."""
+    return windows.get(workload) or TAKEN[workload][-1]
+
+
+@pytest.fixture(scope="module")
+def figures(windows: dict[str, LiveWindow], vllm_server: VllmServer) -> dict[str, Any]:
+    """Each valid window's figures, as devtools.live_window.measures computes them."""
+    log = vllm_server.log_path.read_text(errors="replace")
+    return {w: measures(win.summary, win.load, log) for w, win in windows.items()}
+
+
+def check(claim: Claim, value: float, context: object) -> None:
+    assert claim.holds(value), (claim, value, context)
+
+
+def claims(*quantities: str) -> list[Claim]:
+    return [c for c in CLAIMS if c.quantity in quantities]
+
+
+def test_target_processes_and_roles(
+    windows: dict[str, LiveWindow], vllm_server: VllmServer
+) -> None:
+    target = latest(windows, "mixed").summary["target"]
     assert target["root_pid"] == vllm_server.pid
     roles = [p["role"] for p in target["processes"]]
     assert roles[:3] == ["api_server", "engine_core", "worker"]
@@ -98,59 +96,59 @@ def test_target_processes_and_roles(snapshots: dict[str, Path], vllm_server: Vll
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)
-def test_a_late_window_says_so(snapshots: dict[str, Path], workload: str) -> None:
-    sampling = summary(snapshots, workload)["sampling"]
-    late = [w for w in sampling["warnings"] if "behind" in w]
-    assert bool(late) == (sampling["behind_s"] >= 1.0), sampling
+def test_a_late_window_says_so(windows: dict[str, LiveWindow], workload: str) -> None:
+    """Every window taken, valid or not: lateness is reported exactly when it is there."""
+    for taken in TAKEN[workload]:
+        sampling = taken.summary["sampling"]
+        late = [w for w in sampling["warnings"] if "behind" in w]
+        assert bool(late) == (sampling["behind_s"] >= 1.0), sampling
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)
 def test_each_role_spends_its_samples_where_phases_md_says(
-    snapshots: dict[str, Path], workload: str
+    windows: dict[str, LiveWindow], figures: dict[str, Any], workload: str
 ) -> None:
-    s = summary(snapshots, workload)
-    assert s["sampling"]["samples"] > 200 and not s["sampling"]["partial"], s["sampling"]
-    for role, allowed in EXPECTED.items():
-        shares = s["by_role"][role]
-        inside = sum(v for phase, v in shares.items() if phase in allowed)
-        assert inside >= 0.95, (role, shares)
-        assert shares.get("other", 0.0) <= 0.03, (role, shares, s["other"])
+    s, got = valid(windows, workload).summary, figures[workload]
+    assert not s["sampling"]["partial"], s["sampling"]
+    for claim in claims("samples", *(f"{r}_{k}" for r in EXPECTED for k in ("inside", "other"))):
+        check(claim, got[claim.quantity], (s["by_role"], s["other"]))
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)
-def test_every_workload_steps_the_model(snapshots: dict[str, Path], workload: str) -> None:
+def test_every_workload_steps_the_model(
+    windows: dict[str, LiveWindow], figures: dict[str, Any], workload: str
+) -> None:
     """The model is stepped: the worker's main thread computes, or the EngineCore's waits on
     it. (Under decode-heavy the worker mostly spins in sched_yield between tiny steps: idle.)
-    A window that missed the load shows about 0.005 here; on-time windows show 0.2 to 1.2;
-    windows py-spy was 6 s late for under decode-heavy have shown as little as 0.048, as the
-    burst after a stall lands on idle time. Hence the 2 % floor."""
-    main_thread = summary(snapshots, workload)["main_thread"]
-    step = sum(main_thread["worker"].get(p, 0.0) for p in ("forward", "attention", "sampling"))
-    assert step + main_thread["engine_core"].get("model_wait", 0.0) >= 0.02, main_thread
+    A window that missed the load shows about 0.005 here; valid windows 0.8 to 1.4."""
+    main_thread = valid(windows, workload).summary["main_thread"]
+    (claim,) = claims("main_thread_step")
+    check(claim, figures[workload]["main_thread_step"], main_thread)
 
 
-def _share(s: dict[str, Any], role: str, *phases: str) -> float:
-    return float(sum(s["by_role"][role].get(p, 0.0) for p in phases))
+@pytest.mark.parametrize("m", MARGINS, ids=lambda m: f"{m.quantity}:{m.a}>{m.b}")
+def test_workloads_differ_in_the_expected_direction(
+    windows: dict[str, LiveWindow], figures: dict[str, Any], m: Any
+) -> None:
+    """Long prompts make few large steps: much worker compute per step's bookkeeping; many
+    short decode steps make little. One window of each, compared with a margin the recorded
+    spread gives (devtools/noise.py: K Student-t prediction standard deviations below the
+    recorded mean difference, for a false failure chance of 1e-4 per comparison).
+
+    Not asserted, as the record does not bear them out for single windows on this busy 2-core
+    host (tests/unit/test_noise_bounds.py prints their margins): the worker's compute share
+    (decode-heavy's rises to prefill-heavy's when other processes contend for the cores, as
+    each tiny step stretches; the failure in the issue, 0.318 against twice 0.1615) and the API
+    server's tokenising (about 20 samples a window: too few to tell)."""
+    valid(windows, m.a)
+    valid(windows, m.b)
+    a, b = figures[m.a][m.quantity], figures[m.b][m.quantity]
+    assert a - b > m.bound, (m, a, b, {w: s.summary["by_role"] for w, s in windows.items()})
 
 
-def test_workloads_differ_in_the_expected_direction(snapshots: dict[str, Path]) -> None:
-    """What differs on this CPU server with a 2-layer model (measured, see README): long prompts
-    make the worker compute and the API server tokenise. Many short steps (decode-heavy) leave
-    the worker spinning between them; sampling and detokenising a 512-token vocabulary are too
-    cheap here to tell the workloads apart."""
-    prefill, decode, mixed = (summary(snapshots, w) for w in WORKLOADS)
-    print({w: summary(snapshots, w)["by_role"] for w in WORKLOADS})  # shown when it fails
-    compute = ("forward", "attention")
-    assert _share(prefill, "worker", *compute) > _share(mixed, "worker", *compute)
-    assert _share(prefill, "worker", *compute) > 2 * _share(decode, "worker", *compute)
-    assert _share(prefill, "api_server", "input_processing") > _share(
-        decode, "api_server", "input_processing"
-    )
-
-
-def test_snapshot_files(snapshots: dict[str, Path]) -> None:
-    folder = snapshots["mixed"]
-    s = summary(snapshots, "mixed")
+def test_snapshot_files(windows: dict[str, LiveWindow]) -> None:
+    window = latest(windows, "mixed")
+    folder, s = window.snapshot, window.summary
     assert set(s) >= {"target", "sampling", "phases", "by_role", "stages"}
     assert set(s["stages"]) == {"prefill", "decode", "unknown"}
     table = pd.read_parquet(folder / "stacks.parquet")
@@ -167,46 +165,26 @@ def test_snapshot_files(snapshots: dict[str, Path]) -> None:
     assert int(lines[0].rsplit(" ", 1)[1]) > 0
 
 
-_LOG_LINE = re.compile(
-    r"INFO (\d\d-\d\d \d\d:\d\d:\d\d) .*Avg prompt throughput: ([\d.]+) tokens/s, "
-    r"Avg generation throughput: ([\d.]+) tokens/s"
-)
-
-
-def _logged_prompt_tokens(log: str, start: datetime, span_s: float) -> float:
-    """Prompt tokens by vLLM's own account: each line's rate times its 2 s interval."""
-    total = 0.0
-    for m in _LOG_LINE.finditer(log):
-        at = datetime.strptime(f"{start.year}-{m[1]}", "%Y-%m-%d %H:%M:%S")
-        if start.timestamp() < at.timestamp() <= start.timestamp() + span_s:
-            total += float(m[2]) * 2.0
-    return total
-
-
 @pytest.mark.parametrize("workload", WORKLOADS)
 def test_serving_figures_agree_with_the_load_generator_and_vllms_log(
-    snapshots: dict[str, Path], vllm_server: VllmServer, workload: str
+    windows: dict[str, LiveWindow], figures: dict[str, Any], workload: str
 ) -> None:
-    s = summary(snapshots, workload)
-    serving, load = s["serving"], LOADS[workload]
-    assert serving["reason"] is None, serving
-    # The whole load ran inside the window: the counts must agree.
-    assert serving["requests_finished"] == pytest.approx(load.requests_ok, rel=0.10)
-    assert serving["prompt_tokens"] == pytest.approx(load.prompt_tokens, rel=0.10)
-    assert serving["generation_tokens"] == pytest.approx(load.completion_tokens, rel=0.10)
-    # vLLM's own log line: "Avg prompt throughput" every 2 s; the intervals that ended after
-    # the window opened (each covers the 2 s before its time stamp) hold the whole load. The
-    # metrics window runs from the scrape before py-spy's attach to the one after its last
-    # sample: longer than WINDOW_S by the attach, which on a busy host takes seconds.
-    start = datetime.fromtimestamp(datetime.fromisoformat(s["created_at"]).timestamp())
-    span = serving["window_s"]
-    logged = _logged_prompt_tokens(vllm_server.log_path.read_text(), start, span)
-    assert logged == pytest.approx(serving["prompt_tokens"], rel=0.10)
+    """The whole load ran inside the window: the snapshot's request and token counts must
+    agree with the load generator's, and its prompt tokens with vLLM's "Avg prompt throughput"
+    lines (each line's rate times the time since the line before it, from the millisecond
+    stamps devtools/vllm_logging.json gives the dev server)."""
+    window = valid(windows, workload)
+    serving = window.summary["serving"]
+    assert serving["reason"] is None and window.load is not None, serving
+    assert window.load.requests_ok > 0, window.load
+    for claim in claims(*(f"{n}_ratio" for n in ("requests", "prompt_tokens",
+                                                 "generation_tokens", "logged_prompt"))):  # fmt: skip
+        check(claim, figures[workload][claim.quantity], (serving, window.load))
 
 
-def test_kv_cache_bytes_match_the_servers_setting(snapshots: dict[str, Path]) -> None:
+def test_kv_cache_bytes_match_the_servers_setting(windows: dict[str, LiveWindow]) -> None:
     """VLLM_CPU_KVCACHE_SPACE=1 (GiB) on the dev server: `Explicitly set (1.0/...) GiB`."""
-    kv = summary(snapshots, "mixed")["kv_cache"]
+    kv = latest(windows, "mixed").summary["kv_cache"]
     assert kv["bytes"] == 1 << 30
     assert kv["share_of"] == "host" and 0 < kv["share"] < 1
     assert kv["source"].startswith("vllm:cache_config_info")
