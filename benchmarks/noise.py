@@ -31,6 +31,7 @@ import json
 import os
 import platform
 import shlex
+import subprocess
 import tempfile
 import time
 from datetime import UTC, datetime
@@ -51,6 +52,8 @@ from devtools.live_window import (
 from devtools.noise import FIXTURE, SUMMARY_PARTS
 from devtools.server import VllmServer
 from devtools.vllm_env import ensure_env
+
+_REPO = Path(__file__).resolve().parents[1]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,6 +130,7 @@ def _provenance(
         "command": "python benchmarks/noise.py "
         + shlex.join(sys.argv[1:] if argv is None else argv),
         "vllm": ensure_env().vllm_version,
+        "commit": _commit(),
         "machine": {
             "cpus": os.cpu_count(),
             "cpu_model": _cpuinfo("model name"),
@@ -146,6 +150,18 @@ def _provenance(
         "wall_s": round(wall_s, 1),
         "note": note,
     }
+
+
+def _commit() -> str:
+    """The checkout's commit, and whether files differed from it: the sidecar's classification
+    and sampling are part of what was measured."""
+
+    def git(*args: str) -> str:
+        run = subprocess.run(["git", *args], capture_output=True, text=True, cwd=_REPO)
+        return run.stdout.strip() if run.returncode == 0 else ""
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + (" + uncommitted changes" if git("status", "--porcelain") else "")
 
 
 def _cpuinfo(field: str) -> str:

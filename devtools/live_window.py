@@ -29,7 +29,7 @@ from typing import Any
 from devtools.loadgen import LoadResult, run_load_process
 from devtools.server import VllmServer
 from sidecar.commands import SAMPLING_LINE
-from sidecar.sampler import ATTACH_GRACE_S, LATE_S
+from sidecar.pyspy import ATTACH_GRACE_S, LATE_S
 
 WORKLOADS = ("prefill-heavy", "decode-heavy", "mixed")
 RATE_HZ = 20.0  # above the default 5 Hz, so a window has enough samples for stable shares
@@ -47,7 +47,7 @@ SERVER_ENV = {
     "VLLM_LOG_STATS_INTERVAL": "2",
     "VLLM_LOGGING_CONFIG_PATH": str(Path(__file__).with_name("vllm_logging.json")),
 }
-# PHASES.md: where each role's samples are expected to go.
+# docs/PHASES.md: where each role's samples are expected to go.
 EXPECTED = {
     "worker": {"forward", "attention", "sampling", "kv_cache", "communication", "idle"},
     "engine_core": {"scheduling", "model_wait", "communication", "idle", "kv_cache"},
@@ -167,7 +167,7 @@ def measures(summary: Mapping[str, Any], load: LoadResult | None, log: str) -> d
 
 
 COMPUTE = ("forward", "attention")
-# Engine-step bookkeeping (PHASES.md): what every step costs whatever its size.
+# Engine-step bookkeeping (docs/PHASES.md): what every step costs whatever its size.
 STEP_OVERHEAD = {
     "worker": ("communication", "sampling", "kv_cache"),
     "engine_core": ("scheduling", "communication", "sampling", "kv_cache"),

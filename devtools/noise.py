@@ -8,7 +8,7 @@ rests on the spread measured here rather than on a guess:
 - a `Margin` for each comparison between workloads (prefill-heavy has more worker compute per
   step's bookkeeping than decode-heavy): the test asserts that one window of A less one of B is
   above the recorded mean difference less K standard deviations of that difference;
-- a `Claim` for each fixed bound the docs state (PHASES.md: at least 95 % of a role's samples
+- a `Claim` for each fixed bound the docs state (docs/PHASES.md: at least 95 % of a role's samples
   in its allowed phases; README: counts within 10 %): the test asserts the stated bound, and
   tests/unit/test_noise_bounds.py checks that the record puts it far enough from the recorded
   mean for the same chance of a false failure;
@@ -200,7 +200,7 @@ COMPARISONS = (
     ("compute_to_step_overhead", PREFILL, DECODE),
     ("compute_to_step_overhead", PREFILL, MIXED),
 )
-# Bounds the docs state, asserted on every valid window as they are: PHASES.md's roles (at
+# Bounds the docs state, asserted on every valid window as they are: docs/PHASES.md roles (at
 # least 95 % of a role's samples in its allowed phases, at most 3 % `other`), the README's
 # agreement (counts within 10 %), a model that is stepped at all (a window that missed the
 # load shows 0.005), and enough samples (the record's windows hold 3,100 to 4,000; far
