@@ -49,7 +49,7 @@ from devtools.live_window import (
     stat_lines,
     take_window,
 )
-from devtools.noise import FIXTURE, SUMMARY_PARTS
+from devtools.noise import FIXTURE, SUMMARY_PARTS, recompute
 from devtools.server import VllmServer
 from devtools.vllm_env import ensure_env
 
@@ -66,7 +66,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--append", action="store_true", help="add this session's windows to the record"
     )
+    parser.add_argument(
+        "--recompute",
+        action="store_true",
+        help="no new windows: compute the record's figures again from what it kept",
+    )
     args = parser.parse_args(argv)
+    if args.recompute:
+        print(f"{recompute(args.out)} windows' figures changed in {args.out}")
+        return 0
     record = json.loads(args.out.read_text()) if args.append else {"sessions": [], "windows": []}
     session = len(record["sessions"])
     started, load_before = time.monotonic(), os.getloadavg()

@@ -5,10 +5,11 @@ The live tests (tests/integration/test_live_snapshot.py) and the noise measureme
 (devtools/noise.py) both call `take_window`, so the spread recorded in tests/fixtures/noise is
 the spread of exactly the windows the tests assert on.
 
-The window runs `vllm-sidecar snapshot` as a process of its own, as an operator would, and
-starts the load only once it says py-spy is sampling (`SAMPLING_LINE`): on this 2-core box the
-CLI's start-up and py-spy's attach take 1 to 5 s, and a load started on a fixed timer then
-began before the window on some runs and well inside it on others, which moved every share.
+The window starts once vLLM is idle, runs `vllm-sidecar snapshot` as a process of its own, as
+an operator would, and starts the load only once it says py-spy is sampling (`SAMPLING_LINE`):
+on this 2-core box the CLI's start-up and py-spy's attach take 1 to 5 s, and a load started on
+a fixed timer then began before the window on some runs and well inside it on others, which
+moved every share.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -30,6 +32,7 @@ from devtools.loadgen import LoadResult, run_load_process
 from devtools.server import VllmServer
 from sidecar.commands import SAMPLING_LINE
 from sidecar.pyspy import ATTACH_GRACE_S, LATE_S
+from sidecar.vllm_metrics import HttpMetricsSource, serving_figures, take_scrape
 
 WORKLOADS = ("prefill-heavy", "decode-heavy", "mixed")
 RATE_HZ = 20.0  # above the default 5 Hz, so a window has enough samples for stable shares
@@ -38,6 +41,7 @@ WINDOW_S = 14.0
 # flight finish, vLLM counts them, and its "Avg prompt throughput" line for the last 2 s of
 # load is printed inside the window (the tests compare both with the load generator).
 LOAD_S = 9.0
+LOAD_SPARE_S = 2.0  # the load generator's start-up (it starts after sampling) and a margin
 CONCURRENCY = 8
 # vLLM's "Avg prompt throughput" line every 2 s instead of 10 s, so a window holds several to
 # compare with; and with milliseconds and on idle intervals too (devtools/vllm_logging.json):
@@ -85,9 +89,9 @@ class LiveWindow:
 
 
 def take_window(server: VllmServer, workload: str, out: Path, seed: int) -> LiveWindow:
-    """Run `vllm-sidecar snapshot` on SERVER and put WORKLOAD on it from the moment py-spy
-    samples. A new seed for each retake: the same prompts again would hit vLLM's prefix cache,
-    and its log line counts only the prompt tokens it computed."""
+    """Run `vllm-sidecar snapshot` on SERVER, once it is idle, and put WORKLOAD on it from the
+    moment py-spy samples."""
+    wait_idle(server)
     argv = [sys.executable, "-c", _CLI, "snapshot", "--pid", str(server.pid),
             "--duration", str(WINDOW_S), "--rate", str(RATE_HZ), "--out", str(out)]  # fmt: skip
     paths = [str(_REPO), os.environ.get("PYTHONPATH", "")]
@@ -112,6 +116,22 @@ def take_window(server: VllmServer, workload: str, out: Path, seed: int) -> Live
     (folder,) = [p for p in out.iterdir() if not p.name.startswith(".")]
     summary = json.loads((folder / "summary.json").read_text())
     return LiveWindow(workload, seed, folder, summary, load, watch.attach_s, watch.text())
+
+
+def wait_idle(server: VllmServer, timeout_s: float = 120.0) -> None:
+    """Return once vLLM reports no request running or waiting. On a starved host the previous
+    window's last requests can outlive it (a recorded prefill-heavy load ran 19.5 s for 9 s of
+    sending); their tokens, counted in the next window, made its prompt tokens in vLLM's log
+    1.47 times the load generator's."""
+    source = HttpMetricsSource(f"{server.base_url}/metrics")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        now = serving_figures(take_scrape(source))
+        if now.requests_running == 0 and now.requests_waiting == 0:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"vLLM not idle after {timeout_s:.0f} s: {now}")
+        time.sleep(0.2)
 
 
 class _Watch:
@@ -160,7 +180,7 @@ def measures(summary: Mapping[str, Any], load: LoadResult | None, log: str) -> d
         "main_thread_step": main_thread_step(summary),
     }
     for role, allowed in EXPECTED.items():
-        out[f"{role}_inside"] = share(summary, role, *allowed)
+        out[f"{role}_inside"] = share(summary, role, *sorted(allowed))
         out[f"{role}_other"] = share(summary, role, "other")
     out.update(agreement(summary, load, log))
     return out
@@ -196,11 +216,18 @@ def main_thread_step(summary: Mapping[str, Any]) -> float:
     return float(step + main.get("engine_core", {}).get("model_wait", 0.0))
 
 
+def load_inside(load: LoadResult | None) -> bool:
+    """Whether the load ran wholly inside the window, so that the counts can agree at all: its
+    last response at least LOAD_SPARE_S before the window closes, by the load generator's own
+    clock (which starts a moment after sampling does)."""
+    return load is not None and load.elapsed_s <= WINDOW_S - LOAD_SPARE_S
+
+
 def agreement(summary: Mapping[str, Any], load: LoadResult | None, log: str) -> dict[str, float]:
     """The snapshot's serving counts over the load generator's own, and vLLM's logged prompt
     tokens over the snapshot's: each 1.0 when they agree exactly."""
     serving = summary["serving"]
-    if serving["reason"] is not None or load is None:
+    if serving["reason"] is not None or load is None or not load_inside(load):
         return {}
     start = datetime.fromtimestamp(datetime.fromisoformat(summary["created_at"]).timestamp())
     logged = logged_prompt_tokens(log, start, serving["window_s"])

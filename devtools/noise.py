@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from devtools.live_window import EXPECTED, WORKLOADS, measures
+from devtools.live_window import EXPECTED, WORKLOADS, load_inside, measures
 from devtools.loadgen import LoadResult
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "noise" / "live_windows.json"
@@ -92,18 +92,52 @@ class Record:
     windows: tuple[Mapping[str, Any], ...]
 
     def valid(self, workload: str) -> list[Mapping[str, Any]]:
-        """The windows the sidecar did not report invalid: the only kind the tests assert on."""
-        return [w for w in self.windows if w["workload"] == workload and not w["invalid_reason"]]
+        """The windows the sidecar did not report invalid, the only kind the tests assert on;
+        less any window taken while the previous window's load was still running (before
+        `take_window` waited for an idle server, one such window held that load's tail)."""
+        return [
+            w
+            for i, w in enumerate(self.windows)
+            if w["workload"] == workload and not w["invalid_reason"] and not self._after_overrun(i)
+        ]
+
+    def _after_overrun(self, index: int) -> bool:
+        before = self.windows[index - 1] if index else None
+        if before is None or before.get("session") != self.windows[index].get("session"):
+            return False
+        fields = before.get("load")
+        return fields is not None and not load_inside(_load(fields))
 
     def spread(self, workload: str, quantity: str) -> Spread:
-        return Spread.of([float(w["measures"][quantity]) for w in self.valid(workload)])
+        """Over the valid windows that have the figure (the counts' agreement is not computed
+        for a window whose load outran it)."""
+        windows = self.valid(workload)
+        return Spread.of(
+            [float(w["measures"][quantity]) for w in windows if quantity in w["measures"]]
+        )
 
 
 def measures_again(window: Mapping[str, Any]) -> dict[str, float]:
     """A recorded window's figures computed again from what the record kept of it."""
-    fields = window["load"]
-    load = LoadResult(**{k: fields[k] for k in LoadResult.__dataclass_fields__}) if fields else None
+    load = _load(window["load"]) if window["load"] else None
     return measures(window["summary"], load, "\n".join(window["log"]))
+
+
+def _load(fields: Mapping[str, Any]) -> LoadResult:
+    return LoadResult(**{k: fields[k] for k in LoadResult.__dataclass_fields__})
+
+
+def recompute(path: Path = FIXTURE) -> int:
+    """Write every recorded window's figures again from what the record kept (after a change
+    to a figure's definition); returns how many windows changed."""
+    data = json.loads(path.read_text())
+    changed = 0
+    for window in data["windows"]:
+        again = measures_again(window)
+        changed += again != window["measures"]
+        window["measures"] = again
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return changed
 
 
 def load_record(path: Path = FIXTURE) -> Record:

@@ -20,7 +20,14 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from devtools.live_window import EXPECTED, WORKLOADS, LiveWindow, measures, take_window
+from devtools.live_window import (
+    EXPECTED,
+    WORKLOADS,
+    LiveWindow,
+    load_inside,
+    measures,
+    take_window,
+)
 from devtools.noise import CLAIMS, COMPARISONS, Claim, attempts, load_record, margin
 from devtools.server import VllmServer
 
@@ -122,7 +129,7 @@ def test_every_workload_steps_the_model(
 ) -> None:
     """The model is stepped: the worker's main thread computes, or the EngineCore's waits on
     it. (Under decode-heavy the worker mostly spins in sched_yield between tiny steps: idle.)
-    A window that missed the load shows about 0.005 here; valid windows 0.8 to 1.4."""
+    A window that missed the load shows about 0.005 here; recorded valid windows 0.75 to 1.9."""
     main_thread = valid(windows, workload).summary["main_thread"]
     (claim,) = claims("main_thread_step")
     check(claim, figures[workload]["main_thread_step"], main_thread)
@@ -179,6 +186,8 @@ def test_serving_figures_agree_with_the_load_generator_and_vllms_log(
     serving = window.summary["serving"]
     assert serving["reason"] is None and window.load is not None, serving
     assert window.load.requests_ok > 0, window.load
+    if not load_inside(window.load):  # timed by the load generator, not read from the counts
+        pytest.skip(f"the load ran {window.load.elapsed_s:.1f} s, past the window: a starved host")
     for claim in claims(*(f"{n}_ratio" for n in ("requests", "prompt_tokens",
                                                  "generation_tokens", "logged_prompt"))):  # fmt: skip
         check(claim, figures[workload][claim.quantity], (serving, window.load))

@@ -10,6 +10,7 @@ changes without a new record.
 
 from __future__ import annotations
 
+import json
 import math
 from datetime import datetime
 from pathlib import Path
@@ -21,6 +22,7 @@ from devtools.live_window import WORKLOADS, logged_prompt_tokens
 from devtools.noise import (
     CLAIMS,
     COMPARISONS,
+    FIXTURE,
     MAX_ATTEMPTS,
     P_FALSE_FAILURE,
     Claim,
@@ -32,6 +34,7 @@ from devtools.noise import (
     margin,
     measures_again,
     p_no_valid_window,
+    recompute,
     t_quantile,
     t_sf,
 )
@@ -90,15 +93,16 @@ def test_every_stated_bound_is_far_from_the_recorded_mean(claim: Claim, workload
     print(claim, spread, f"headroom {claim.headroom(spread):.1f} sd, false failure {chance:.1e}")
     assert chance <= P_FALSE_FAILURE, (claim, spread)
     for window in RECORD.valid(workload):
-        assert claim.holds(window["measures"][claim.quantity]), (claim, window["round"])
+        value = window["measures"].get(claim.quantity)  # none where the load outran the window
+        assert value is None or claim.holds(value), (claim, window["session"], window["round"])
 
 
 def test_retakes_cover_the_recorded_lateness() -> None:
     """A workload without a valid window in a run has its accuracy checks skipped: at the
     recorded rates of invalid windows, and the retakes the live tests take, that must stay
-    rare: under 1 run in 10. (The record holds two sessions in which the other helpers' load
-    made py-spy late in 12 of 20 decode-heavy windows: a skip in 7 % of runs at that rate.
-    A host that starves py-spy more often needs attention, not more retakes.)"""
+    rare: under 1 run in 10. (The other helpers' load made py-spy late in 18 of the 40
+    recorded decode-heavy windows: a skip in 2 % of runs at that rate, with 5 attempts. A host
+    that starves py-spy more often needs attention, not more retakes.)"""
     n = attempts(RECORD)
     chance = p_no_valid_window(RECORD, n)
     rates = {w: round(invalid_rate(RECORD, w), 3) for w in WORKLOADS}
@@ -110,7 +114,7 @@ def test_retakes_cover_the_recorded_lateness() -> None:
 def test_the_old_assertion_had_no_margin() -> None:
     """The assertion that failed in the issue (prefill-heavy worker compute 0.318 against twice
     decode-heavy's 0.1615) had no margin at all: in this record decode-heavy's compute share
-    is 0.19 on average, so twice it exceeds prefill-heavy's in most window pairs (z about -1).
+    is 0.20 on average, so twice it exceeds prefill-heavy's in most window pairs (z = -1.1).
     The live test compares compute with step bookkeeping instead."""
     prefill = RECORD.spread("prefill-heavy", "worker_compute")
     decode = RECORD.spread("decode-heavy", "worker_compute")
@@ -173,3 +177,43 @@ def test_logged_prompt_tokens_use_the_real_interval() -> None:
     # Before the window: sets the interval of the next line but is not counted itself.
     assert logged_prompt_tokens(log, datetime(2026, 12, 1, 10, 0, 1), 10.0) == pytest.approx(2000)
     assert logged_prompt_tokens(log, datetime(2026, 12, 1, 10, 0, 3), 10.0) == pytest.approx(1000)
+
+
+def _window(session: int, workload: str, elapsed_s: float, x: float) -> dict[str, object]:
+    load = {"workload": workload, "requests_ok": 1, "requests_failed": 0, "prompt_tokens": 1,
+            "completion_tokens": 1, "elapsed_s": elapsed_s, "last_error": ""}  # fmt: skip
+    return {"session": session, "workload": workload, "round": 0, "invalid_reason": None,
+            "load": load, "measures": {"x": x}}  # fmt: skip
+
+
+def test_a_window_after_a_load_that_outran_its_own_is_not_counted() -> None:
+    """Before `take_window` waited for an idle server, a prefill-heavy load that ran 19.5 s
+    left its tail in the next window (vLLM's logged prompt tokens 1.47 times the load
+    generator's there). The record keeps such windows; the spread leaves them out."""
+    late = live_window.WINDOW_S  # past the window less its spare seconds
+    windows = (
+        _window(0, "a", 9.5, 1.0), _window(0, "b", late, 2.0), _window(0, "a", 9.5, 99.0),
+        _window(0, "a", 9.5, 1.2), _window(1, "a", 9.5, 1.1), _window(1, "a", 9.5, 0.9),
+    )  # fmt: skip
+    record = Record((), windows)
+    assert [w["measures"]["x"] for w in record.valid("a")] == [1.0, 1.2, 1.1, 0.9]
+    assert not live_window.load_inside(measures_load(windows[1]))
+    assert live_window.load_inside(measures_load(windows[0]))
+
+
+def measures_load(window: dict[str, object]) -> live_window.LoadResult:
+    fields = window["load"]
+    assert isinstance(fields, dict)
+    return live_window.LoadResult(**fields)
+
+
+def test_recompute_writes_the_figures_measures_gives(tmp_path: Path) -> None:
+    copy = tmp_path / "record.json"
+    data = json.loads(FIXTURE.read_text())
+    data["windows"] = data["windows"][:3]
+    data["windows"][0]["measures"] = {"stale": 1.0}
+    copy.write_text(json.dumps(data))
+    assert recompute(copy) == 1
+    again = json.loads(copy.read_text())["windows"]
+    assert again[0]["measures"] == measures_again(data["windows"][0])
+    assert recompute(copy) == 0
