@@ -101,13 +101,14 @@ class WindowReaders:
     def start(self, target: Deployment) -> Started:
         self.psutil_reader.start(target.processes)
         scrape = self.scrape(self.metrics) if self.metrics else None
-        # Once a window: the target's PIDs do not change within it.
+        if self.gpu is None:
+            return Started(scrape, None, None, None)
+        # Once a window (the target's PIDs do not change within it), and only for NVML.
         pidmap = PidMap.build(self.procfs, target.pids, host_procfs=self.host_procfs)
-        gpu = self.gpu.read(pidmap) if self.gpu else None
-        poller = UtilizationPoller(self.gpu) if self.gpu else None
-        if poller:
-            poller.start()
-        return Started(scrape, pidmap if self.gpu else None, gpu, poller)
+        at_start = self.gpu.read(pidmap)  # opens NVML if it is not yet: before the poller
+        poller = UtilizationPoller(self.gpu)
+        poller.start()
+        return Started(scrape, pidmap, at_start, poller)
 
     def finish(self, started: Started, target: Deployment, window: Window) -> Readings:
         utilization = started.poller.stop() if started.poller else ()
