@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from sidecar.parsers import parse_raw
@@ -23,6 +23,14 @@ from sidecar.pyspy import (
     whole_rate,
 )
 from sidecar.records import StackSample
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One py-spy run of the window: its seconds and its stacks (weight 1) -> count."""
+
+    wall_s: float
+    counts: Mapping[StackSample, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +52,9 @@ class Window:
     # Why py-spy itself failed (killed, an error exit, nothing sampled), when it did: the
     # daemon counts that; a target that exited or a stop signal is no failure of the sampler.
     sampler_failure: str | None = None
+    # Each segment's own counts, in order: contiguous stretches of samples, the units that the
+    # comparison of two windows estimates its variance from (`stacks` is their sum).
+    blocks: tuple[Segment, ...] = ()
 
 
 @dataclass
@@ -91,6 +102,7 @@ class Sampler:
         counts: Counter[StackSample] = Counter()
         totals = {"samples": 0, "errors": 0, "cpu": 0.0, "segments": 0, "behind": 0.0}
         rates: list[float] = []
+        blocks: list[Segment] = []
         warnings: list[str] = []
         reason: str | None = None
         failed = False
@@ -100,7 +112,7 @@ class Sampler:
             outcome = self._segment(min(left, self.segment_s), stop, first=not totals["segments"])
             sampled += outcome.wall_s
             rates.append(self.controller.rate_hz)
-            _add(counts, outcome, totals, warnings)
+            blocks.append(_add(counts, outcome, totals, warnings))
             self.controller.update(outcome.cpu_s, outcome.wall_s, outcome.behind_s)
             reason, failed = _partial_reason(outcome, self.alive)
             if reason:
@@ -130,6 +142,7 @@ class Sampler:
             warnings=tuple(warnings),
             behind_s=float(totals["behind"]),
             sampler_failure=reason if failed else None,
+            blocks=tuple(b for b in blocks if b.counts),
         )
 
     def _segment(self, seconds: float, stop: Callable[[], bool], first: bool) -> RecordOutcome:
@@ -149,10 +162,12 @@ def _add(
     outcome: RecordOutcome,
     totals: dict[str, float],
     warnings: list[str],
-) -> None:
+) -> Segment:
     parsed = parse_raw(outcome.raw, source="py-spy record")
+    segment: Counter[StackSample] = Counter()
     for stack in parsed.stacks:
-        counts[replace(stack, weight=1, source=None)] += stack.weight
+        segment[replace(stack, weight=1, source=None)] += stack.weight
+    counts.update(segment)
     if outcome.samples is None:
         totals["samples"] += sum(s.weight for s in parsed.stacks)
     else:
@@ -162,6 +177,7 @@ def _add(
     totals["segments"] += 1
     totals["behind"] = max(totals["behind"], outcome.behind_s)
     warnings.extend(parsed.warnings[:5])
+    return Segment(outcome.wall_s, dict(segment))
 
 
 def _partial_reason(outcome: RecordOutcome, alive: Callable[[], bool]) -> tuple[str | None, bool]:

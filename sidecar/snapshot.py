@@ -14,9 +14,11 @@ from sidecar.gpu import GpuFigures, GpuReading
 from sidecar.records import ProcessInfo, Role
 from sidecar.records.readings import HostMemory, KvCache, ProcessStats, ServingFigures
 from sidecar.records.summary import (
+    Fingerprint,
     GpuSection,
     ProcessEntry,
     ResourcesSection,
+    SampleBlock,
     SamplingSection,
     SnapshotSummary,
     TargetSection,
@@ -51,8 +53,13 @@ class Snapshot:
     phase_summary: PhaseSummary
     rules_source: str
     readings: Readings = field(default_factory=Readings)
+    deployment: str | None = None
+    fingerprint: Fingerprint | None = None
 
+    # Every row carries where and when it was taken, so the stacks.parquet of many snapshots
+    # (hosts, deployments) concatenate into one table without joins.
     STACK_COLUMNS = (
+        "host", "deployment", "snapshot", "time", "kind",
         "pid", "role", "thread_id", "thread_name", "phase", "stage",
         "weight", "frame", "rule", "stack",
     )  # fmt: skip
@@ -65,11 +72,13 @@ class Snapshot:
             created_at=self.created_at,
             host=self.host,
             kind=kind,
+            deployment=self.deployment,
+            fingerprint=self.fingerprint,
             target=TargetSection(
                 root_pid=self.processes[0].pid if self.processes else None,
                 processes=tuple(_process_entry(p) for p in self.processes),
             ),
-            sampling=_sampling(w),
+            sampling=_sampling(w, self.labelled),
             phases=s.phases,
             by_role=s.by_role,
             role_samples=s.role_samples,
@@ -83,8 +92,10 @@ class Snapshot:
             kv_cache=self.readings.kv_cache,
         )
 
-    def stack_rows(self) -> list[dict[str, Any]]:
-        return [_stack_row(ls) for ls in self.labelled]
+    def stack_rows(self, kind: str | None = None) -> list[dict[str, Any]]:
+        where = {"host": self.host, "deployment": self.deployment, "snapshot": self.name,
+                 "time": self.created_at, "kind": kind or "snapshot"}  # fmt: skip
+        return [where | _stack_row(ls) for ls in self.labelled]
 
 
 def build_snapshot(
@@ -93,6 +104,8 @@ def build_snapshot(
     classifier: Classifier,
     host: str | None = None,
     readings: Readings | None = None,
+    deployment: str | None = None,
+    fingerprint: Fingerprint | None = None,
 ) -> Snapshot:
     roles: Mapping[int, Role] = {p.pid: p.role for p in processes if p.role is not Role.OTHER}
     # A stack without a single frame is py-spy's non-blocking read catching a thread between
@@ -109,10 +122,12 @@ def build_snapshot(
         phase_summary=summarize(labelled),
         rules_source=classifier.rules.source,
         readings=readings or Readings(),
+        deployment=deployment,
+        fingerprint=fingerprint,
     )
 
 
-def _sampling(w: Window) -> SamplingSection:
+def _sampling(w: Window, labelled: tuple[LabelledStack, ...]) -> SamplingSection:
     return SamplingSection(
         rate_hz=round(w.rate_hz, 3),
         duration_s=round(w.duration_s, 3),
@@ -126,7 +141,25 @@ def _sampling(w: Window) -> SamplingSection:
         partial=w.partial,
         partial_reason=w.partial_reason,
         warnings=w.warnings,
+        blocks=_blocks(w, labelled),
     )
+
+
+def _blocks(w: Window, labelled: tuple[LabelledStack, ...]) -> tuple[SampleBlock, ...]:
+    """Each segment's counts by role and phase, with the labels the window's stacks got."""
+    labels = {replace(ls.stack, weight=1): ls.label for ls in labelled}
+    out = []
+    for segment in w.blocks:
+        counts: dict[str, dict[str, int]] = {}
+        for stack, n in segment.counts.items():
+            label = labels.get(stack)
+            if label is None:  # a frameless read: in no phase (see build_snapshot)
+                continue
+            by_phase = counts.setdefault(label.role.value, {})
+            by_phase[label.phase.value] = by_phase.get(label.phase.value, 0) + n
+        total = sum(sum(c.values()) for c in counts.values())
+        out.append(SampleBlock(round(segment.wall_s, 3), total, counts))
+    return tuple(out)
 
 
 def _gpu_section(r: Readings) -> GpuSection:

@@ -95,8 +95,14 @@ def _kv_from_v1(kv: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _from_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """Schema 2 -> 3: nothing changes meaning; 2 kept no fingerprint, no deployment and no
+    per-segment counts, and they stay absent (None, empty) rather than guessed."""
+    return dict(data, schema=3)
+
+
 # UPGRADES[n - 1] turns schema n into schema n + 1.
-UPGRADES: tuple[Callable[[dict[str, Any]], dict[str, Any]], ...] = (_from_v1,)
+UPGRADES: tuple[Callable[[dict[str, Any]], dict[str, Any]], ...] = (_from_v1, _from_v2)
 assert len(UPGRADES) == SCHEMA_VERSION - 1, "every older schema needs its upgrade"
 
 

@@ -55,12 +55,19 @@ class CollapsedWriter:
 
 
 class ParquetWriter:
+    """One row per distinct stack, with host, deployment, snapshot, time and kind on every row:
+    a folder of snapshots concatenates into one table (pandas, DuckDB) without joins."""
+
     filename = "stacks.parquet"
+
+    def __init__(self, kind: str | None = None) -> None:
+        self.kind = kind
 
     def write(self, snapshot: Snapshot, path: Path) -> None:
         import pandas as pd  # at the edge only (STYLE.md 1)
 
-        frame = pd.DataFrame(snapshot.stack_rows(), columns=list(Snapshot.STACK_COLUMNS))
+        rows = snapshot.stack_rows(self.kind)
+        frame = pd.DataFrame(rows, columns=list(Snapshot.STACK_COLUMNS))
         frame.to_parquet(path, engine="pyarrow", index=False)
 
 
@@ -99,7 +106,9 @@ def write_snapshot(
 
 
 def _writer(fmt: str, kind: str | None) -> SnapshotWriter:
-    return SummaryJsonWriter(kind) if fmt == "summary" else WRITERS[fmt]()
+    if fmt == "summary":
+        return SummaryJsonWriter(kind)
+    return ParquetWriter(kind) if fmt == "parquet" else WRITERS[fmt]()
 
 
 def _free_name(out_dir: Path, name: str) -> Path:

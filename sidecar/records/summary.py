@@ -11,6 +11,11 @@ Versions:
   2  kv_cache splits allocated bytes from the configured budget and says per GPU or in total;
      gpu names the devices the target uses and the utilisation sampled through the window;
      serving carries the URL it was read from inside the figures.
+  3  fingerprint: what the target ran (vLLM, torch, Python, attention backend, driver, GPUs,
+     model, performance-shaping serving flags, host CPU, the sidecar and its rules);
+     sampling.blocks: role x phase sample counts per py-spy segment, the units the comparison
+     of two snapshots (`vllm-sidecar diff`) estimates its intervals from; `deployment`.
+     Summaries of 1 and 2 read with no fingerprint and no blocks (a diff then says so).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from sidecar.gpu.utilization import GpuUtilization
 from sidecar.records import Role
 from sidecar.records.readings import HostMemory, KvCache, ProcessStats, ServingFigures
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +50,17 @@ class TargetSection:
 
 
 @dataclass(frozen=True, slots=True)
+class SampleBlock:
+    """One py-spy segment of the window: a contiguous stretch of samples. Consecutive samples of
+    a thread are correlated, so the segments (not the samples) are the units a comparison of
+    two windows estimates its variance from."""
+
+    duration_s: float
+    samples: int  # the stacks counted here (frameless reads excluded)
+    counts: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # role -> phase -> n
+
+
+@dataclass(frozen=True, slots=True)
 class SamplingSection:
     """How the window was sampled, and what limits how far its shares can be trusted."""
 
@@ -60,6 +76,29 @@ class SamplingSection:
     partial: bool = False
     partial_reason: str | None = None
     warnings: tuple[str, ...] = ()
+    blocks: tuple[SampleBlock, ...] = ()  # schema 3; empty when read from 1 or 2
+
+
+@dataclass(frozen=True, slots=True)
+class Fingerprint:
+    """What the target ran, read from outside without touching vLLM. None is "could not be
+    read"; `notes` says why, per field. Two snapshots whose fingerprints differ ran different
+    software, flags or hardware: `diff` reports that before any phase."""
+
+    vllm: str | None = None  # the target's installed distribution (via /proc/PID/root)
+    torch: str | None = None
+    python: str | None = None  # the target interpreter's version
+    attention_backend: str | None = None  # from the stacks (or vLLM's log line, where seen)
+    nvidia_driver: str | None = None  # NVML
+    cuda: str | None = None  # NVML's CUDA driver version
+    gpus: tuple[str, ...] = ()  # the models of the GPUs the target uses
+    model: str | None = None
+    serving: Mapping[str, str] = field(default_factory=dict)  # flag -> value (performance-shaping)
+    cpu_model: str | None = None  # the host's
+    cpu_cores: int | None = None  # logical CPUs the host has
+    sidecar: str | None = None  # vllm-sidecar's version
+    rules: str | None = None  # the rules' version and digest
+    notes: Mapping[str, str] = field(default_factory=dict)  # field -> why it is missing
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +142,8 @@ class SnapshotSummary:
     host: str
     schema: int = SCHEMA_VERSION
     kind: str | None = None  # "snapshot" or "baseline" in a daemon's store; None one-shot
+    deployment: str | None = None  # which vLLM: its served model and API port ("model@port")
+    fingerprint: Fingerprint | None = None  # None: written before schema 3
     target: TargetSection = field(default_factory=TargetSection)
     sampling: SamplingSection = field(default_factory=SamplingSection)
     phases: Mapping[str, PhaseCount] = field(default_factory=dict)
