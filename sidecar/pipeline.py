@@ -5,6 +5,8 @@
     classify   each distinct stack to a role, phase and stage           (classifier)
     aggregate  phase shares per role and main thread, stage counts      (aggregate)
     readings   psutil, NVML, vLLM's /metrics, the KV cache's size       (WindowReaders)
+    fingerprint  what the target ran: read once per target, plus the
+               window's attention backend and GPUs                      (fingerprint)
     snapshot   the frozen record of it all                              (snapshot)
     write      the caller's: `writers.write_snapshot` for `snapshot`, the store for `run`,
                which may skip a write on a full disk and counts that
@@ -23,6 +25,7 @@ from pathlib import Path
 
 from sidecar.classifier import Classifier
 from sidecar.discovery import Deployment
+from sidecar.fingerprint import FingerprintCache, for_window, read_target
 from sidecar.gpu import (
     GpuFigures,
     GpuReading,
@@ -38,8 +41,11 @@ from sidecar.pidmap import PidMap
 from sidecar.procfs import ProcFs
 from sidecar.records import ProcessInfo, Role
 from sidecar.records.readings import KvCache, ServingFigures
+from sidecar.records.summary import Fingerprint
 from sidecar.resources import PsutilReader
+from sidecar.rules import RuleSet
 from sidecar.sampler import Sampler, Window
+from sidecar.serveflags import deployment_name
 from sidecar.snapshot import Readings, Snapshot, build_snapshot
 from sidecar.vllm_metrics import (
     HttpMetricsSource,
@@ -69,8 +75,16 @@ def profile_window(
     # (the text lives in py-spy's temporary file), identical stacks are counted together.
     window = sampler.window(duration_s, stop)
     readings = readers.finish(started, target, window)  # readings over the same window
+    fingerprint = readers.fingerprint(target, window, readings, classifier.rules)
     # classify -> aggregate -> snapshot (also what recorded windows go through in the tests)
-    return build_snapshot(window, target.processes, classifier, host, readings)
+    return build_snapshot(window, target.processes, classifier, host, readings,
+                          deployment=deployment_of(target), fingerprint=fingerprint)  # fmt: skip
+
+
+def deployment_of(target: Deployment) -> str | None:
+    """`model@port` from the API server's command line; None without an API server."""
+    api = _api_server(target)
+    return deployment_name(api.cmdline) if api else None
 
 
 # ---------------------------------------------------------------------------------- readers
@@ -97,6 +111,7 @@ class WindowReaders:
     psutil_reader: PsutilReader = field(default_factory=PsutilReader)
     metrics_unread: str | None = None  # why there is no `metrics` source, when there is none
     scrape: Callable[[MetricsSource], MetricsScrape] = take_scrape  # the daemon counts failures
+    fingerprints: FingerprintCache = field(default_factory=FingerprintCache)  # the daemon's lasts
 
     def start(self, target: Deployment) -> Started:
         self.psutil_reader.start(target.processes)
@@ -123,6 +138,18 @@ class WindowReaders:
             serving=self._serving(started.scrape),
         )
         return readings.with_kv_cache(self._kv_cache(target, readings, figures))
+
+    def fingerprint(
+        self, target: Deployment, window: Window, r: Readings, rules: RuleSet
+    ) -> Fingerprint:
+        """What the target ran; a failure here costs the fingerprint, never the window."""
+        try:
+            base = self.fingerprints.get(target, lambda: read_target(
+                self.procfs, target, self.gpu.system() if self.gpu else None))  # fmt: skip
+            return for_window(base, window.stacks, r.gpu, r.gpu_figures, rules)
+        except Exception as exc:  # a bug in reading it must not lose a week of windows
+            log.warning("fingerprint not read: %s", exc, exc_info=True)
+            return Fingerprint(notes={"fingerprint": f"not read: {type(exc).__name__}: {exc}"})
 
     def _serving(self, first: MetricsScrape | None) -> ServingFigures:
         if first is not None and self.metrics is not None:
