@@ -319,8 +319,9 @@ def _python(
 ) -> str | None:
     """The interpreter's full version where something says it, else `X.Y` and a note."""
     for folder in folders:
-        venv = PurePosixPath(folder).parent.parent.parent  # <venv>/lib/pythonX.Y/site-packages
-        version = _pyvenv_version(procfs.inside(process.pid, f"{venv}/pyvenv.cfg"))
+        prefix = PurePosixPath(folder).parent.parent.parent  # <prefix>/lib/pythonX.Y/site-packages
+        version = _pyvenv_version(procfs.inside(process.pid, f"{prefix}/pyvenv.cfg"))
+        version = version or _conda_version(procfs.inside(process.pid, f"{prefix}/conda-meta"))
         if version and (python_xy is None or _xy(version) == python_xy):
             return version
     env = procfs.environ(process.pid) or {}
@@ -351,6 +352,16 @@ def _pyvenv_version(path: Path) -> str | None:
         if sep and key.strip() in ("version", "version_info"):  # venv; uv writes version_info
             return value.strip()
     return None
+
+
+def _conda_version(meta: Path) -> str | None:
+    """A conda environment's Python: `conda-meta/python-3.11.7-h955ad1f_0.json`."""
+    try:
+        names = [p.name for p in meta.glob("python-3.*.json")]
+    except OSError:
+        return None
+    found = [m.group(1) for n in names if (m := re.fullmatch(r"python-(3\.\d+\.\d+)-.*", n))]
+    return found[0] if len(found) == 1 else None
 
 
 def _xy(version: str) -> str:

@@ -109,6 +109,16 @@ def test_without_pyvenv_cfg_the_version_in_the_interpreters_path_is_taken(tmp_pa
     assert target_fingerprint(root).python == "3.11.7"  # /root/.pyenv/versions/3.11.7/...
 
 
+def test_a_conda_environment_names_its_python_in_conda_meta(tmp_path: Path) -> None:
+    root = copy_tree(tmp_path)
+    venv = root / str(API) / "root" / VENV.lstrip("/")
+    (venv / "pyvenv.cfg").unlink()
+    (venv / "conda-meta").mkdir()
+    (venv / "conda-meta" / "python-3.11.9-h955ad1f_0.json").write_text("{}")
+    (venv / "conda-meta" / "python_abi-3.11-2_cp311.json").write_text("{}")  # not Python
+    assert target_fingerprint(root).python == "3.11.9"
+
+
 def test_a_python_version_nothing_states_is_major_minor_with_a_note(tmp_path: Path) -> None:
     root = copy_tree(tmp_path)
     (root / str(API) / "root" / VENV.lstrip("/") / "pyvenv.cfg").unlink()
