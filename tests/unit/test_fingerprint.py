@@ -20,12 +20,12 @@ from sidecar.fingerprint import (
     attention_backend,
     for_window,
     parse_cpuinfo,
-    parse_metadata,
     read_target,
     sidecar_version,
 )
 from sidecar.gpu import NvmlReader, NvmlSystem
 from sidecar.gpu.nvml import cuda_version_text
+from sidecar.installed import parse_metadata
 from sidecar.parsers import parse_file
 from sidecar.pipeline import WindowReaders, profile_window
 from sidecar.procfs import ProcFs
