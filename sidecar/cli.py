@@ -47,6 +47,7 @@ def cli() -> None:
 SHARED_SETTINGS = (
     "target.pid", "target.pid_file", "target.discover", "target.proc_root", "target.host_proc",
     "target.any_python", "sampling.rate_hz", "sampling.cpu_budget", "sampling.py_spy",
+    "sampling.segment_s",
     "metrics.url", "gpu", "rules",
 )  # fmt: skip
 DAEMON_SETTINGS = (
@@ -63,6 +64,7 @@ _HELP = {
     "sampling.rate_hz": "Samples per second (the starting rate under a budget).",
     "sampling.cpu_budget": "Adapt the rate to this share of one core, e.g. 2% (`off`: fixed).",
     "sampling.py_spy": "Path to the py-spy binary.",
+    "sampling.segment_s": "py-spy runs in segments this long, each a unit for `diff`.",
     "metrics.url": "vLLM's /metrics (default: from the API server's flags).",
     "gpu": "NVML readings.",
     "rules": "Your own phases.yaml.",

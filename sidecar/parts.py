@@ -153,7 +153,7 @@ def real_collector(
     daemon's first window, whose failed attach is a failed start (the sampler raises)."""
     config = parts.config
     sampler = Sampler(runner=parts.runner, pid=target.root.pid, controller=parts.controller,
-                      segment_s=min(15.0, config.schedule.window_s), alive=alive, clock=clock,
+                      segment_s=min(config.sampling.segment_s, config.schedule.window_s), alive=alive, clock=clock,
                       wall_clock=wall_clock, fail_fast=first)  # fmt: skip
     metrics, unread = metrics_for(target, parts.metrics, config.metrics.timeout_s)
     watch = _ScrapeWatch()
