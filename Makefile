@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv vllm-env lint unit integration test demo bench soak noise validate-deploy schema clean
+.PHONY: venv vllm-env lint unit integration test demo bench soak noise record-diff validate-deploy schema clean
 
 venv: $(STAMP)
 
@@ -46,6 +46,10 @@ soak: vllm-env
 # Re-measure the live tests' noise on this machine (about 15 min); commit the new record.
 noise: vllm-env
 	$(BIN)/python benchmarks/noise.py
+
+# Record real windows for `diff` (about 15 min): steady pairs, another workload, another flag.
+record-diff: vllm-env
+	$(BIN)/python -m benchmarks.record_diff
 
 schema: venv
 	$(BIN)/python -m devtools.schema

@@ -259,6 +259,69 @@ def report(snapshot_dir: Path, fmt: str) -> None:
         click.echo(render(summary))
 
 
+# ---------------------------------------------------------------------------------- diff
+
+REGRESSION_EXIT = 10  # `diff --fail-on`: a significant regression beyond the threshold
+
+
+@cli.command()
+@click.argument("sides", nargs=-1, metavar="A B")
+@click.option(
+    "--baseline",
+    "baseline_of",
+    type=click.Path(path_type=Path),
+    metavar="OUT",
+    help="Compare the latest baseline with the latest snapshot under OUT.",
+)
+@click.option("--since", help="Folder sides start here: ISO time (UTC) or ago (2h, 7d).")
+@click.option("--until", help="Folder sides end here (exclusive).")
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+@click.option(
+    "--fail-on",
+    metavar="SHARE",
+    help="Exit 10 on a significant regression beyond this, e.g. 10% (a CPU cost "
+    "per 1,000 generated tokens, or a latency tested over windows).",
+)
+def diff(sides: tuple[str, ...], baseline_of: Path | None, since: str | None,
+         until: str | None, fmt: str, fail_on: str | None) -> None:  # fmt: skip
+    """What changed from A to B, and is it real? A and B: snapshot folders, or output folders
+    narrowed to a time range (PATH@SINCE..UNTIL, or --since/--until)."""
+    from sidecar.compare import compare
+    from sidecar.diff import Range, baseline_sides, gate, now, parse_time, render_text, side_from
+    from sidecar.diff import to_json as diff_json
+
+    threshold = None
+    if fail_on is not None:
+        try:
+            threshold = units.SHARE.parse(fail_on)
+        except units.Unfit as exc:
+            raise ConfigError(f"--fail-on {fail_on!r} {exc}: {units.SHARE.hint}") from None
+    if baseline_of is not None:
+        if sides:
+            raise ConfigError("give A B or --baseline OUT, not both")
+        a, b = baseline_sides(baseline_of)
+    else:
+        if len(sides) != 2:
+            raise ConfigError(
+                "name two sides: `vllm-sidecar diff A B` (snapshot folders, or output folders "
+                "with --since/--until or PATH@SINCE..UNTIL), or `--baseline OUT`"
+            )
+        t = now()
+        default = Range(parse_time(since, t) if since else None,
+                        parse_time(until, t) if until else None)  # fmt: skip
+        a, b = (side_from(spec, default, t, label) for spec, label in zip(sides, "AB", strict=True))
+    comparison = compare(a, b)
+    failed = gate(comparison, threshold)
+    if fmt == "json":
+        click.echo(json.dumps(diff_json(comparison, failed), indent=2))
+    else:
+        click.echo(render_text(comparison, failed))
+    if failed:
+        raise SystemExit(REGRESSION_EXIT)
+
+
 # ---------------------------------------------------------------------------------- run, doctor
 
 
