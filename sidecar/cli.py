@@ -262,7 +262,7 @@ def report(snapshot_dir: Path, fmt: str) -> None:
 @click.option("--diff", "other", metavar="OTHER", type=click.Path(path_type=Path),
               help="Draw how OTHER (B, the layout) differs from SNAPSHOT (A): red grew, blue "
                    "shrank, by each frame's share of all samples. SVG only.")  # fmt: skip
-@click.option("--out", "-o", type=click.Path(path_type=Path),
+@click.option("--out", "-o", type=click.Path(),
               help="A folder, or a path prefix for <prefix>.svg and <prefix>.speedscope.json "
                    "[default: flame-<snapshot> in the working folder].")  # fmt: skip
 @click.option(
@@ -273,7 +273,7 @@ def report(snapshot_dir: Path, fmt: str) -> None:
     metavar="PCT",
     help="Leave out frames narrower than PCT% of the width.",
 )
-def flamegraph(snapshot_dir: Path, other: Path | None, out: Path | None, min_width: float) -> None:
+def flamegraph(snapshot_dir: Path, other: Path | None, out: str | None, min_width: float) -> None:
     """Draw a snapshot's stacks as a flame graph (SVG) and a speedscope profile (JSON)."""
     from importlib.metadata import version
 

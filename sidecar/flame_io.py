@@ -118,22 +118,23 @@ def write_files(files: Iterable[tuple[Path, str]]) -> None:
 # ------------------------------------------------------------------------------------ command
 
 
-def output_prefix(out: Path | None, default_name: str) -> Path:
+def output_prefix(out: str | None, default_name: str) -> Path:
     """--out: a folder (existing, or written with a trailing slash) gets DEFAULT_NAME inside;
     anything else is the prefix itself; none means DEFAULT_NAME in the working folder."""
-    if out is None:
+    if not out:
         return Path(default_name)
-    if out.is_dir() or str(out).endswith(os.sep):
-        return out / default_name
-    return out
+    if Path(out).is_dir() or out.endswith(os.sep):
+        return Path(out) / default_name
+    return Path(out)
 
 
-def draw(snapshot: Path, out: Path | None, min_width: float, exporter: str) -> list[Path]:
+def draw(snapshot: Path, out: str | None, min_width: float, exporter: str) -> list[Path]:
     """The flame graph of SNAPSHOT: <prefix>.svg and <prefix>.speedscope.json."""
     from sidecar.flame import build_tree, layout, speedscope
     from sidecar.flame_svg import Heading, render_svg
 
     rows = _nonempty(read_stack_rows(snapshot), snapshot)
+    snapshot = snapshot.resolve()  # `flamegraph .` is named after the folder
     tree = build_tree(rows)
     shape = layout(tree, min_width)
     roles = ", ".join(f"{r.name} {100 * r.value / tree.value:.1f}%" for r in tree.children)
@@ -157,7 +158,7 @@ def draw(snapshot: Path, out: Path | None, min_width: float, exporter: str) -> l
     return [svg, ss]
 
 
-def draw_diff(before: Path, after: Path, out: Path | None, min_width: float) -> list[Path]:
+def draw_diff(before: Path, after: Path, out: str | None, min_width: float) -> list[Path]:
     """The differential flame graph of BEFORE (A) -> AFTER (B): <prefix>.svg only (speedscope
     has no differential view: `flamegraph AFTER` writes B's profile)."""
     from sidecar.flame import build_diff_tree, layout
@@ -165,6 +166,7 @@ def draw_diff(before: Path, after: Path, out: Path | None, min_width: float) -> 
 
     rows_a = _nonempty(read_stack_rows(before), before)
     rows_b = _nonempty(read_stack_rows(after), after)
+    before, after = before.resolve(), after.resolve()
     tree = build_diff_tree(rows_a, rows_b)
     shape = layout(tree, min_width)
     heading = Heading(

@@ -33,7 +33,7 @@ from sidecar.flame import (
     layout,
     speedscope,
 )
-from sidecar.flame_io import read_collapsed, read_stack_rows
+from sidecar.flame_io import output_prefix, read_collapsed, read_stack_rows
 from sidecar.flame_svg import (
     CHAR_W,
     PAD,
@@ -435,3 +435,18 @@ def test_the_command_exits_with_the_input_error_code(
 ) -> None:
     assert main(["flamegraph", str(tmp_path / "nothing")]) == InputError.exit_code
     assert "point at a snapshot folder" in capsys.readouterr().err
+
+
+def test_out_is_a_folder_or_a_prefix(tmp_path: Path) -> None:
+    assert output_prefix(None, "flame-x") == Path("flame-x")
+    assert output_prefix(str(tmp_path), "flame-x") == tmp_path / "flame-x"
+    assert output_prefix(f"{tmp_path}/new/", "flame-x") == tmp_path / "new" / "flame-x"
+    assert output_prefix(str(tmp_path / "mine"), "flame-x") == tmp_path / "mine"
+
+
+def test_a_graph_of_the_working_folder_is_named_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(SCHEMA1)
+    assert main(["flamegraph", ".", "-o", f"{tmp_path}/new/"]) == 0
+    assert capsys.readouterr().out.split()[0] == str(tmp_path / "new" / f"flame-{SCHEMA1.name}.svg")
