@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 _CLI = "import sys; from sidecar.cli import main; sys.exit(main())"
 WINDOW_S = 30.0
 SEGMENT_S = 5.0
-RATE_HZ = 10.0
+RATE_HZ = 20.0
 CONCURRENCY = 8
 WARMUP_S = 8.0
 
@@ -69,8 +69,9 @@ def take_windows(
 ) -> list[Path]:
     """COUNT consecutive snapshot windows under one steady WORKLOAD; their folders."""
     folders: list[Path] = []
-    per_window = window_s + 30.0  # the CLI's start, py-spy's attaches, the readings
-    with steady_load(server, workload, WARMUP_S + count * per_window + 30.0, seed):
+    # The load outlasts any series (a slow server stretches windows: --max-num-seqs 1 took
+    # 100 s for a 30 s window here); the block kills it when the last window is written.
+    with steady_load(server, workload, 3600.0, seed):
         for i in range(count):
             dest = out / f"{workload}-{i:02d}"
             done = cli("snapshot", "--pid", str(server.pid), "--duration", f"{window_s:g}",

@@ -21,8 +21,8 @@ The method (README, "Comparing snapshots"):
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 
 from scipy import stats
 
@@ -35,7 +35,15 @@ WAITING = frozenset({Phase.IDLE.value, Phase.MODEL_WAIT.value, Phase.GPU_WAIT.va
 MIN_SHARE = 0.005  # a phase below this share on both sides is not compared (too few samples)
 MIN_SAMPLES = 10  # fewer samples of a phase on both sides together: shown, not tested
 MIN_BUSY_SHARE = 0.10  # a phase's cost is compared when it holds this much of a role's busy CPU
+# The two sides served different work when the token mix moved this much (costs per token then
+# compare unlike things: the diff says so, and --fail-on does not fail on them).
+MIX_SHARE = 0.10  # prompt tokens' share of all tokens, absolute
+MIX_RATIO = 1.5  # tokens per request, either way
+MIN_COST_SAMPLES = 20  # ... and this many samples on each side: the split of CPU rests on them
 ROLES = ("api_server", "engine_core", "worker", "other")
+# Phases compared together as well, where a reader asks about them together (PHASES.md): the
+# model's computation is forward and attention; a shift between the two is not more compute.
+GROUPS: dict[str, tuple[str, ...]] = {"compute": (Phase.FORWARD.value, Phase.ATTENTION.value)}
 
 
 # ---------------------------------------------------------------------------------- units
@@ -179,8 +187,6 @@ def _change(kind: str, role: str | None, name: str, a: Ratio, b: Ratio, log: boo
 
 def _simultaneous(changes: list[Change], alpha: float) -> list[Change]:
     """Bonferroni over the tested changes: each interval at 1 - alpha/m."""
-    from dataclasses import replace
-
     m = sum(c.se is not None for c in changes)
     out = []
     for c in changes:
@@ -315,24 +321,52 @@ class Comparison:
     mixed: tuple[str, ...]  # sides whose windows ran more than one fingerprint
     workloads: tuple[Workload, Workload]
     shares: tuple[Change, ...]
-    costs: tuple[Change, ...]
+    cores: tuple[Change, ...]  # CPU seconds per second (cores) per role and busy phase
+    costs: tuple[Change, ...]  # CPU seconds per 1,000 generated tokens
     serving: tuple[Change, ...]
+    per_request: tuple[Change, ...]  # CPU seconds per request: estimates, not tested
     tested: int  # m: the comparisons the family-wise level is spread over
     alpha: float
 
     @property
     def significant(self) -> tuple[Change, ...]:
-        found = [c for c in (*self.shares, *self.costs, *self.serving) if c.significant]
+        found = [c for c in self.family if c.significant]
         return tuple(sorted(found, key=lambda c: -c.magnitude))
+
+    @property
+    def mix_differs(self) -> str | None:
+        """Why the two sides served different work (then a cost per token compares unlike
+        things), or None."""
+        a, b = self.workloads
+        why = []
+        sa, sb = a.prompt_share, b.prompt_share
+        if sa is not None and sb is not None and abs(sa - sb) > MIX_SHARE:
+            why.append(f"prompt share of tokens {100 * sa:.0f} % \u2192 {100 * sb:.0f} %")
+        ga, gb = a.generated_per_request, b.generated_per_request
+        if ga and gb and not 1 / MIX_RATIO <= gb / ga <= MIX_RATIO:
+            why.append(f"generated tokens per request {ga:.1f} \u2192 {gb:.1f}")
+        pa, pb = a.prompt_per_request, b.prompt_per_request
+        if pa and pb and not 1 / MIX_RATIO <= pb / pa <= MIX_RATIO:
+            why.append(f"prompt tokens per request {pa:.0f} \u2192 {pb:.0f}")
+        return "; ".join(why) or None
+
+    @property
+    def family(self) -> tuple[Change, ...]:
+        """Every comparison the family-wise level covers."""
+        return (*self.shares, *self.cores, *self.costs, *self.serving)
 
 
 def compare(a: Side, b: Side, alpha: float = ALPHA) -> Comparison:
     ua, ub = a.units, b.units
-    shares = _share_changes(ua, ub)
-    costs = _cost_changes(ua, ub)
-    serving = _serving_changes(a, b, ua, ub)
-    tested = _simultaneous([*shares, *costs, *serving], alpha)
-    n_s, n_c = len(shares), len(costs)
+    parts = [
+        _share_changes(ua, ub),
+        _cpu_changes("cores", ua, ub, lambda u: u.span_s),
+        _cpu_changes("cost", ua, ub, lambda u: _kilo(u.generation_tokens)),
+        _serving_changes(a, b, ua, ub),
+    ]
+    tested = iter(_simultaneous([c for part in parts for c in part], alpha))
+    shares, cores, costs, serving = (tuple(next(tested) for _ in part) for part in parts)
+    per_request = _cpu_changes("per_request", ua, ub, lambda u: u.requests)
     fa, fb = side_fingerprints(a), side_fingerprints(b)
     return Comparison(
         a=a,
@@ -340,12 +374,20 @@ def compare(a: Side, b: Side, alpha: float = ALPHA) -> Comparison:
         fingerprint=fingerprint_changes(fa[-1] if fa else None, fb[-1] if fb else None),
         mixed=tuple(s.label for s, f in ((a, fa), (b, fb)) if len(f) > 1),
         workloads=(workload(a), workload(b)),
-        shares=tuple(tested[:n_s]),
-        costs=tuple(tested[n_s : n_s + n_c]),
-        serving=tuple(tested[n_s + n_c :]),
-        tested=sum(c.tested for c in tested),
+        shares=shares,
+        cores=cores,
+        costs=costs,
+        serving=serving,
+        per_request=tuple(
+            replace(c, note=c.note or "an estimate; not tested") for c in per_request
+        ),
+        tested=sum(c.tested for c in (*shares, *cores, *costs, *serving)),
         alpha=alpha,
     )
+
+
+def _kilo(tokens: float | None) -> float | None:
+    return None if tokens is None else tokens / 1000
 
 
 def _roles(ua: Sequence[Unit], ub: Sequence[Unit]) -> list[str]:
@@ -357,20 +399,24 @@ def _roles(ua: Sequence[Unit], ub: Sequence[Unit]) -> list[str]:
 def _share_changes(ua: Sequence[Unit], ub: Sequence[Unit]) -> list[Change]:
     out = []
     for role in _roles(ua, ub):
-        for phase in Phase:
-            pairs = [[(u.counts.get(role, {}).get(phase.value, 0), u.role_samples(role))
-                      for u in us] for us in (ua, ub)]  # fmt: skip
+        names: list[tuple[str, tuple[str, ...]]] = [(p.value, (p.value,)) for p in Phase]
+        for group, members in GROUPS.items():
+            if all(any(u.counts.get(role, {}).get(m) for u in (*ua, *ub)) for m in members):
+                names.append((group, members))
+        for name, members in names:
+            pairs = [[(sum(u.counts.get(role, {}).get(m, 0) for m in members),
+                       u.role_samples(role)) for u in us] for us in (ua, ub)]  # fmt: skip
             a, b = ratio(pairs[0]), ratio(pairs[1])
             if max(a.value or 0.0, b.value or 0.0) < MIN_SHARE:
                 continue
             hits = sum(y for side in pairs for y, _ in side)
             if hits < MIN_SAMPLES:
-                out.append(Change("share", role, phase.value, a.value, b.value, "pp",
+                out.append(Change("share", role, name, a.value, b.value, "pp",
                                   _minus(b.value, a.value),
                                   note=f"{hits} samples: too few to test"))  # fmt: skip
                 continue
             a, b = _binomial_floor(a, b, pairs)
-            out.append(_change("share", role, phase.value, a, b, log=False))
+            out.append(_change("share", role, name, a, b, log=False))
     return out
 
 
@@ -402,9 +448,13 @@ def _phase_cpu(u: Unit, role: str, phase: str | None) -> float | None:
     return cpu * u.counts.get(role, {}).get(phase, 0) / busy if busy else 0.0
 
 
-def _cost_changes(ua: Sequence[Unit], ub: Sequence[Unit]) -> list[Change]:
-    """CPU seconds per 1,000 generated tokens, per role and per busy phase (an estimate: the
-    role's measured CPU split by its busy samples)."""
+def _cpu_changes(
+    kind: str, ua: Sequence[Unit], ub: Sequence[Unit], per: Callable[[Unit], float | None]
+) -> list[Change]:
+    """CPU seconds per `per` (a second: cores; 1,000 generated tokens; a request), per role and
+    per busy phase. An estimate: each unit's measured CPU of the role, split by its busy
+    samples; a phase is compared where it holds MIN_BUSY_SHARE of them and MIN_COST_SAMPLES
+    samples on each side."""
     out = []
     for role in _roles(ua, ub):
         if not any(u.cpu_s.get(role) for u in (*ua, *ub)):
@@ -415,20 +465,17 @@ def _cost_changes(ua: Sequence[Unit], ub: Sequence[Unit]) -> list[Change]:
                 continue
             shares = [ratio((u.counts.get(role, {}).get(phase.value, 0), u.busy_samples(role))
                             for u in us).value or 0.0 for us in (ua, ub)]  # fmt: skip
-            if max(shares) >= MIN_BUSY_SHARE:
+            hits = [sum(u.counts.get(role, {}).get(phase.value, 0) for u in us) for us in (ua, ub)]
+            if max(shares) >= MIN_BUSY_SHARE and min(hits) >= MIN_COST_SAMPLES:
                 phases.append(phase.value)
         for name in phases:
             a, b = (
-                _per_kilotoken((_phase_cpu(u, role, name), u.generation_tokens) for u in us)
+                ratio((y, x) for u in us
+                      if (y := _phase_cpu(u, role, name)) is not None and (x := per(u)))
                 for us in (ua, ub)
-            )
-            out.append(_change("cost", role, name or "all", a, b, log=True))
+            )  # fmt: skip
+            out.append(_change(kind, role, name or "all", a, b, log=True))
     return out
-
-
-def _per_kilotoken(pairs: Iterable[tuple[float | None, float | None]]) -> Ratio:
-    r = ratio((y * 1000, x) for y, x in pairs if y is not None and x is not None)
-    return r
 
 
 _RATES = (
@@ -489,7 +536,8 @@ def _window_change(name: str, va: list[float], vb: list[float]) -> Change:
 def regressions(comparison: Comparison, threshold: float) -> tuple[Change, ...]:
     """What `--fail-on` fails on: a significant rise of a workload-normalised CPU cost, or of a
     latency tested over windows, by more than `threshold` (0.10: 10 %)."""
-    worse = [c for c in comparison.costs if c.significant and (c.change or 0) > 1 + threshold]
+    costs = () if comparison.mix_differs else comparison.costs
+    worse = [c for c in costs if c.significant and (c.change or 0) > 1 + threshold]
     worse += [
         c
         for c in comparison.serving

@@ -152,7 +152,7 @@ def now() -> float:
 # ---------------------------------------------------------------------------------- output
 
 
-def verdict(c: Comparison, top: int = 4) -> list[str]:
+def verdict(c: Comparison, top: int = 6) -> list[str]:
     """The largest significant changes in plain words, the fingerprint first."""
     lines = (
         [f"Ran differently: {', '.join(f.words() for f in c.fingerprint)}."]
@@ -161,6 +161,9 @@ def verdict(c: Comparison, top: int = 4) -> list[str]:
     )
     for label in c.mixed:
         lines.append(f"Note: {label.split(':')[0]} mixes windows of different fingerprints.")
+    if c.mix_differs:
+        lines.append(f"The workload differs ({c.mix_differs}): costs per token and per request "
+                     "compare unlike work.")  # fmt: skip
     found = c.significant
     if not found:
         lines.append(
@@ -168,9 +171,11 @@ def verdict(c: Comparison, top: int = 4) -> list[str]:
             f"interval (family-wise {100 * (1 - c.alpha):.0f} %)."
         )
         return lines
-    words = [_words(ch) for ch in found[:top]]
-    more = f" (and {len(found) - top} more)" if len(found) > top else ""
-    lines.append("Significant: " + "; ".join(words) + more + ".")
+    # Where the time goes first (shares), then CPU, then what vLLM served; largest first.
+    order = ("share", "cores", "cost", "serving")
+    picked = [ch for kind in order for ch in [x for x in found if x.kind == kind][:2]][:top]
+    more = f" (and {len(found) - len(picked)} more)" if len(found) > len(picked) else ""
+    lines.append("Significant: " + "; ".join(_words(ch) for ch in picked) + more + ".")
     return lines
 
 
@@ -182,9 +187,11 @@ def _words(ch: Change) -> str:
         return (f"{who}{ch.name.replace('_', ' ')} {direction} "
                 f"{size:.1f} pp ({_pct(ch.a)} \u2192 {_pct(ch.b)} of its samples)")  # fmt: skip
     what = ch.name
+    phase = "" if ch.name == "all" else f" in {ch.name.replace('_', ' ')}"
     if ch.kind == "cost":
-        phase = "" if ch.name == "all" else f" in {ch.name.replace('_', ' ')}"
         what = f"{who}CPU per 1k generated tokens{phase}"
+    elif ch.kind == "cores":
+        what = f"{who}CPU time{phase}"
     return f"{what} {_ratio_words(ch.change)}"
 
 
@@ -199,10 +206,15 @@ def render_text(c: Comparison, fail: tuple[Change, ...] = ()) -> str:
     out += ["", f"[Diff] Phase shares per role (pp; simultaneous 95 % intervals, m = {c.tested}):"]
     out.append(table(["role", "phase", "A", "B", "change", "interval", ""],
                      [_share_row(ch) for ch in c.shares]))  # fmt: skip
-    out += ["", "[Diff] CPU seconds per 1,000 generated tokens (estimate: the role's CPU split "
+    heads = ["role", "phase", "A", "B", "B/A", "interval", ""]
+    out += ["", "[Diff] CPU time per phase, in cores (estimate: each role's measured CPU split "
             "by its busy samples):"]  # fmt: skip
-    out.append(table(["role", "phase", "A", "B", "B/A", "interval", ""],
-                     [_ratio_row(ch, ch.role or "", "{:.3f}") for ch in c.costs]))  # fmt: skip
+    out.append(table(heads, [_ratio_row(ch, ch.role or "", "{:.3f}") for ch in c.cores]))
+    out += ["", "[Diff] CPU seconds per 1,000 generated tokens (the same split):"]
+    out.append(table(heads, [_ratio_row(ch, ch.role or "", "{:.3f}") for ch in c.costs]))
+    out += ["", "[Diff] CPU milliseconds per finished request (estimates, not tested):"]
+    out.append(table(heads[:5], [_ratio_row(ch, ch.role or "", "{:.2f}", 1000)[:5]
+                                 for ch in c.per_request]))  # fmt: skip
     out += ["", "[Diff] Serving figures:"]
     out.append(table(["figure", "A", "B", "B/A", "interval", ""],
                      [_ratio_row(ch, None, "{:.4g}")[1:] for ch in c.serving]))  # fmt: skip
@@ -236,9 +248,9 @@ def _share_row(ch: Change) -> list[str]:
             "significant" if ch.significant else ""]  # fmt: skip
 
 
-def _ratio_row(ch: Change, role: str | None, fmt: str) -> list[str]:
+def _ratio_row(ch: Change, role: str | None, fmt: str, scale: float = 1.0) -> list[str]:
     def f(v: float | None) -> str:
-        return "-" if v is None else fmt.format(v)
+        return "-" if v is None else fmt.format(v * scale)
 
     interval = f"{ch.low:.2f} .. {ch.high:.2f}" if ch.tested else (ch.note or "-")
     change = "-" if ch.change is None else f"{ch.change:.2f}"
@@ -285,7 +297,9 @@ def to_json(c: Comparison, fail: tuple[Change, ...] = ()) -> dict[str, Any]:
         "method": {"alpha": c.alpha, "tested": c.tested, "intervals": "simultaneous (Bonferroni), "
                    "Welch t over py-spy segments, ratio-estimator variances"},
         "shares": [change(ch) for ch in c.shares],
+        "cores": [change(ch) for ch in c.cores],
         "costs": [change(ch) for ch in c.costs],
+        "per_request": [change(ch) for ch in c.per_request],
         "serving": [change(ch) for ch in c.serving],
         "significant": [change(ch) for ch in c.significant],
         "regressions": [change(ch) for ch in fail],
