@@ -156,9 +156,10 @@ def real_collector(
     """The real readers over `target`: py-spy, psutil, NVML, vLLM's /metrics. `first`: the
     daemon's first window, whose failed attach is a failed start (the sampler raises)."""
     config = parts.config
+    segment_s = min(config.sampling.segment_s, config.schedule.window_s)
     sampler = Sampler(runner=parts.runner, pid=target.root.pid, controller=parts.controller,
-                      segment_s=min(15.0, config.schedule.window_s), alive=alive, clock=clock,
-                      wall_clock=wall_clock, fail_fast=first)  # fmt: skip
+                      segment_s=segment_s, alive=alive, clock=clock, wall_clock=wall_clock,
+                      fail_fast=first)  # fmt: skip
     metrics, unread = metrics_for(target, parts.metrics, config.metrics.timeout_s)
     watch = _ScrapeWatch()
     readers = WindowReaders(procfs=parts.procfs, metrics=metrics, gpu=parts.gpu,
