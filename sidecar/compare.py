@@ -290,6 +290,8 @@ def fingerprint_changes(
         va, vb = getattr(a, f.name), getattr(b, f.name)
         if f.name == "serving":
             continue
+        if f.name == "attention_backend" and None in (va, vb):
+            continue  # read from each window's stacks: None is "not seen" (an idle window)
         if va != vb and not (va in (None, ()) and vb in (None, ())):
             out.append(FingerprintChange(_FIELD_NAMES.get(f.name, f.name), _text(va), _text(vb)))
         if f.name == "model":  # the serving flags right after the software and the model

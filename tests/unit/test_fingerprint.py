@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from sidecar.classifier import Classifier
+from sidecar.compare import fingerprint_changes
 from sidecar.discovery import find_deployment
 from sidecar.fingerprint import (
     FingerprintCache,
@@ -261,6 +262,19 @@ def test_two_backends_most_samples_first() -> None:
     flash = StackSample((Frame("f", "vllm/v1/attention/backends/flash_attn.py"),), weight=2)
     mla = StackSample((Frame("f", "vllm/v1/attention/backends/mla/triton_mla.py"),), weight=5)
     assert attention_backend([flash, mla]) == "TRITON_MLA, FLASH_ATTN"
+
+
+def test_an_idle_window_and_a_busy_one_of_one_server_ran_the_same() -> None:
+    """The backend is read per window: not seeing it (no attention ran) is no change for diff."""
+    base = target_fingerprint()
+    busy = for_window(base, recorded_stacks(), None, None, load_rules())
+    idle = for_window(base, (), None, None, load_rules())
+    assert (busy.attention_backend, idle.attention_backend) == ("CPU_ATTN", None)
+    assert fingerprint_changes(busy, idle) == fingerprint_changes(idle, busy) == ()
+    other = replace(busy, attention_backend="TORCH_SDPA")
+    assert [c.words() for c in fingerprint_changes(busy, other)] == [
+        "attention backend CPU_ATTN \u2192 TORCH_SDPA"
+    ]
 
 
 def test_the_sidecar_and_its_rules_are_named() -> None:
