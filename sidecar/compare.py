@@ -219,6 +219,26 @@ class Side:
     def units(self) -> tuple[Unit, ...]:
         return tuple(u for s in self.summaries for u in units_of(s))
 
+    @property
+    def window_units(self) -> tuple[Unit, ...]:
+        """One unit a window: its segments summed."""
+        return tuple(merge(units_of(s)) for s in self.summaries)
+
+
+def merge(units: Sequence[Unit]) -> Unit:
+    counts: dict[str, dict[str, int]] = {}
+    cpu: dict[str, float] = {}
+    for u in units:
+        for role, phases in u.counts.items():
+            mine = counts.setdefault(role, {})
+            for phase, n in phases.items():
+                mine[phase] = mine.get(phase, 0) + n
+        for role, seconds in u.cpu_s.items():
+            cpu[role] = cpu.get(role, 0.0) + seconds
+    return Unit(counts, cpu, _sum(u.generation_tokens for u in units),
+                _sum(u.prompt_tokens for u in units), _sum(u.requests for u in units),
+                _sum(u.span_s for u in units), units[0].window if units else "")  # fmt: skip
+
 
 @dataclass(frozen=True, slots=True)
 class Workload:
@@ -360,15 +380,23 @@ class Comparison:
 
 def compare(a: Side, b: Side, alpha: float = ALPHA) -> Comparison:
     ua, ub = a.units, b.units
+    # CPU use and traffic vary between windows far more than between the segments of one
+    # (on steady load here: a role's CPU by up to 2x from one window to the next), so for them
+    # the windows are the units, and a side needs two to be tested.
+    wa, wb = a.window_units, b.window_units
+    by_window = len(wa) >= 2 and len(wb) >= 2
+    ca, cb = (wa, wb) if by_window else (ua, ub)
     parts = [
         _share_changes(ua, ub),
-        _cpu_changes("cores", ua, ub, lambda u: u.span_s),
-        _cpu_changes("cost", ua, ub, lambda u: _kilo(u.generation_tokens)),
-        _serving_changes(a, b, ua, ub),
+        _untested_unless(by_window, _cpu_changes("cores", ca, cb, lambda u: u.span_s)),
+        _untested_unless(
+            by_window, _cpu_changes("cost", ca, cb, lambda u: _kilo(u.generation_tokens))
+        ),
+        _untested_unless(by_window, _rate_changes(ca, cb)) + _latency_changes(a, b),
     ]
     tested = iter(_simultaneous([c for part in parts for c in part], alpha))
     shares, cores, costs, serving = (tuple(next(tested) for _ in part) for part in parts)
-    per_request = _cpu_changes("per_request", ua, ub, lambda u: u.requests)
+    per_request = _cpu_changes("per_request", ca, cb, lambda u: u.requests)
     fa, fb = side_fingerprints(a), side_fingerprints(b)
     return Comparison(
         a=a,
@@ -386,6 +414,19 @@ def compare(a: Side, b: Side, alpha: float = ALPHA) -> Comparison:
         tested=sum(c.tested for c in (*shares, *cores, *costs, *serving)),
         alpha=alpha,
     )
+
+
+ONE_WINDOW = (
+    "one window on a side: CPU and traffic vary between windows more than within one; "
+    "compare two windows or more a side (a time range) to test"
+)
+
+
+def _untested_unless(tested: bool, changes: list[Change]) -> list[Change]:
+    if tested:
+        return changes
+    return [replace(c, estimate=None, se=None, df=None, note=c.note or ONE_WINDOW)
+            for c in changes]  # fmt: skip
 
 
 def _kilo(tokens: float | None) -> float | None:
@@ -496,11 +537,15 @@ _LATENCIES = (
 LATENCY_NAMES = frozenset(name for name, _ in _LATENCIES[:8])
 
 
-def _serving_changes(a: Side, b: Side, ua: Sequence[Unit], ub: Sequence[Unit]) -> list[Change]:
+def _rate_changes(ua: Sequence[Unit], ub: Sequence[Unit]) -> list[Change]:
+    return [
+        _change("serving", None, name, _rate(ua, attr), _rate(ub, attr), log=True)
+        for name, attr in _RATES
+    ]
+
+
+def _latency_changes(a: Side, b: Side) -> list[Change]:
     out = []
-    for name, attr in _RATES:
-        ra, rb = (_rate(us, attr) for us in (ua, ub))
-        out.append(_change("serving", None, name, ra, rb, log=True))
     for name, attr in _LATENCIES:
         va, vb = (
             [v for s in side.summaries if (v := getattr(s.serving, attr)) is not None]

@@ -20,6 +20,7 @@ from typing import Any
 from sidecar import units
 from sidecar.compare import Change, Comparison, Side, Workload, regressions
 from sidecar.errors import InputError
+from sidecar.pyspy import LATE_S
 from sidecar.records.summary import SnapshotSummary
 from sidecar.render import table
 from sidecar.summary_io import SUMMARY_NAME, read_summary
@@ -45,6 +46,8 @@ class Range:
         def w(t: float | None) -> str:
             return "…" if t is None else datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M")
 
+        if self.since is None and self.until is None:
+            return "all of them"
         return f"{w(self.since)} to {w(self.until)}"
 
 
@@ -171,9 +174,10 @@ def verdict(c: Comparison, top: int = 6) -> list[str]:
             f"interval (family-wise {100 * (1 - c.alpha):.0f} %)."
         )
         return lines
-    # Where the time goes first (shares), then CPU, then what vLLM served; largest first.
-    order = ("share", "cores", "cost", "serving")
-    picked = [ch for kind in order for ch in [x for x in found if x.kind == kind][:2]][:top]
+    # What vLLM served (latency, throughput), then where the time goes (shares), then CPU;
+    # the largest of each first.
+    quota = (("serving", 2), ("share", 2), ("cost", 1), ("cores", 1))
+    picked = [ch for kind, n in quota for ch in [x for x in found if x.kind == kind][:n]][:top]
     more = f" (and {len(found) - len(picked)} more)" if len(found) > len(picked) else ""
     lines.append("Significant: " + "; ".join(_words(ch) for ch in picked) + more + ".")
     return lines
@@ -199,6 +203,7 @@ def render_text(c: Comparison, fail: tuple[Change, ...] = ()) -> str:
     wa, wb = c.workloads
     out = ["[Diff] " + line for line in verdict(c)]
     out += ["", c.a.label, c.b.label]
+    out += [f"Caveat: {line}" for line in caveats(c)]
     if c.fingerprint:
         out += ["", "[Diff] Fingerprint (what ran differently):"]
         out += [f"- {f.words()}" for f in c.fingerprint]
@@ -222,6 +227,20 @@ def render_text(c: Comparison, fail: tuple[Change, ...] = ()) -> str:
         out += ["", "[Diff] Regressions beyond --fail-on:"]
         out += [f"- {_words(ch)}" for ch in fail]
     return "\n".join(out)
+
+
+def caveats(c: Comparison) -> list[str]:
+    """Windows whose sampling the sidecar itself flagged: kept, but said."""
+    out = []
+    for side in (c.a, c.b):
+        for s in side.summaries:
+            sampling = s.sampling
+            if sampling.partial:
+                out.append(f"{side.label[0]}: {s.name} is partial ({sampling.partial_reason})")
+            elif sampling.behind_s >= LATE_S:
+                out.append(f"{side.label[0]}: py-spy fell {sampling.behind_s:.1f} s behind in "
+                           f"{s.name}")  # fmt: skip
+    return out
 
 
 def _workload_rows(a: Workload, b: Workload) -> list[list[str]]:
@@ -294,6 +313,8 @@ def to_json(c: Comparison, fail: tuple[Change, ...] = ()) -> dict[str, Any]:
         "b": {"label": c.b.label, "snapshots": [s.name for s in c.b.summaries],
               "workload": load(c.workloads[1])},
         "fingerprint": [{"field": f.field, "a": f.a, "b": f.b} for f in c.fingerprint],
+        "caveats": caveats(c),
+        "workload_differs": c.mix_differs,
         "method": {"alpha": c.alpha, "tested": c.tested, "intervals": "simultaneous (Bonferroni), "
                    "Welch t over py-spy segments, ratio-estimator variances"},
         "shares": [change(ch) for ch in c.shares],

@@ -97,10 +97,13 @@ def test_a_real_shift_is_found_and_named() -> None:
 
 
 def test_a_doubled_cpu_cost_per_token_is_a_regression_beyond_10_percent() -> None:
+    """CPU costs are tested with the windows as units (two or more a side)."""
     rng = np.random.default_rng(3)
-    a = _summary("a", _blocks(rng, 0.3, 6, 0.02, 5.0, 3000))
-    b = _summary("b", _blocks(rng, 0.3, 6, 0.02, 10.0, 3000))
-    c = compare(Side("A", (a,)), Side("B", (b,)))
+    a = tuple(_summary(f"a{i}", _blocks(rng, 0.3, 6, 0.02, 5.0, 3000)) for i in range(3))
+    b = tuple(_summary(f"b{i}", _blocks(rng, 0.3, 6, 0.02, 10.0, 3000)) for i in range(3))
+    one = compare(Side("A", a[:1]), Side("B", b[:1]))
+    assert not any(ch.tested for ch in one.costs) and not regressions(one, 0.10)
+    c = compare(Side("A", a), Side("B", b))
     (total,) = [ch for ch in c.costs if ch.role == "worker" and ch.name == "all"]
     assert total.significant and total.change == pytest.approx(2.0, rel=0.1)
     assert total in regressions(c, 0.10)
