@@ -37,6 +37,7 @@ MAX_GAPS = 100
 TS_FORMAT = "%Y%m%dT%H%M%SZ"
 # `write_snapshot` appends `-1`, `-2` to a taken name, so a baseline collision is `TS-baseline-1`.
 _NAME = re.compile(r"^(?P<ts>\d{8}T\d{6}Z)(?P<baseline>-baseline)?(?:-(?P<seq>\d+))?$")
+SNAPSHOT_NAME = _NAME  # what a complete snapshot folder is called (readers list folders by it)
 # What a killed process leaves: a writer's `.<name>.tmp-<pid>`, our `.<name>.del-<pid>`.
 _LEFTOVER = re.compile(r"^\..+\.(?:tmp|del)-(?P<pid>\d+)$")
 _SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
