@@ -244,14 +244,19 @@ def _series(points: pd.Series) -> SeriesTrend:
 
 def _change_label(before: pd.Series, after: pd.Series) -> str:
     parts = [
-        f"{label} {before[col]} -> {after[col]}"
+        f"{label} {_text(before[col])} -> {_text(after[col])}"
         for col, label in FINGERPRINT_FIELDS.items()
-        if col in before.index and before[col] != after[col]
+        if col in before.index and _text(before[col]) != _text(after[col])
     ]
     return "; ".join(parts) or f"fingerprint {before['fingerprint']} -> {after['fingerprint']}"
 
 
 # ---------------------------------------------------------------------------------- format
+
+
+def _text(value: object) -> str:
+    """A readable fingerprint field; a missing one (None, or NaN in pandas' string columns)."""
+    return "?" if value is None or pd.isna(value) else str(value)
 
 
 def _summary_cells(s: SeriesTrend) -> list[str]:

@@ -57,14 +57,7 @@ def trend_figure(trend: Trend) -> Figure:
     locator = mdates.AutoDateLocator()  # type: ignore[no-untyped-call]
     bottom.xaxis.set_major_locator(locator)
     bottom.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]
-    fig.text(
-        0.01,
-        0.005,
-        "grey ticks at the foot: baselines; red dashed: the fingerprint changed; "
-        "triangles: a series' level changed (its new level)",
-        fontsize=8,
-        color="0.3",
-    )
+    fig.text(0.01, 0.005, _key(trend), fontsize=8, color="0.3")
     fig.tight_layout(rect=(0, 0.02, 1, 1))
     return fig
 
@@ -74,6 +67,17 @@ def save_png(fig: Figure, path: Path) -> None:
     fig.savefig(tmp, format="png", dpi=100)
     plt.close(fig)
     tmp.replace(path)
+
+
+def _key(trend: Trend) -> str:
+    many = len(trend.baselines) > MANY_BASELINES
+    parts = [("grey ticks at the foot" if many else "grey dotted lines") + ": baselines"]
+    if trend.fingerprint_changes:
+        parts.append("red dashed: the fingerprint changed")
+    parts.append("triangles: a series changed level (at its new level)")
+    if trend.bucket_s is not None:
+        parts.append(f"lines: {trend.bucket_s // 60:g}-minute medians, dots: the snapshots")
+    return "; ".join(parts)
 
 
 def _panel(ax: Axes, trend: Trend, title: str, series: list[str], scale: float) -> None:
@@ -109,4 +113,5 @@ def _marks(ax: Axes, trend: Trend, *, label: bool) -> None:
             ax.annotate(change.label, (x, 1.0),
                         xycoords=("data", "axes fraction"), xytext=(3, -3),
                         textcoords="offset points", va="top", fontsize=8, color="crimson",
-                        rotation=0, clip_on=False)  # fmt: skip
+                        rotation=0, clip_on=False,
+                bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.85})  # fmt: skip
