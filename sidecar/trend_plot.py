@@ -24,6 +24,7 @@ from sidecar.trend import ROLES, Trend, short_name
 
 PANEL_H = 2.4  # inches per panel
 MANY_BASELINES = 40  # beyond this, baselines are ticks at the foot rather than full lines
+LABEL_BOX = {"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.85}
 
 
 def trend_figure(trend: Trend) -> Figure:
@@ -113,5 +114,4 @@ def _marks(ax: Axes, trend: Trend, *, label: bool) -> None:
             ax.annotate(change.label, (x, 1.0),
                         xycoords=("data", "axes fraction"), xytext=(3, -3),
                         textcoords="offset points", va="top", fontsize=8, color="crimson",
-                        rotation=0, clip_on=False,
-                bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.85})  # fmt: skip
+                        rotation=0, clip_on=False, bbox=LABEL_BOX)  # fmt: skip
