@@ -1,9 +1,16 @@
-"""Where a series changed level: penalised change-point detection with ruptures.
+"""Where a series changed level: penalised change-point detection.
 
-The method: PELT (Killick et al. 2012, exact for a penalised cost) over the least-squares cost
-of a piecewise-constant mean, run by ruptures' `KernelCPD(kernel="linear")`, its C
-implementation of that same cost (ruptures' pure-Python `Pelt(model="l2")` finds the same
-breaks some 1,000 times slower). Each change costs a penalty
+The method: PELT (Killick, Fearnhead and Eckley 2012), the exact minimiser of
+
+    sum over segments of the squared deviations from the segment's mean + pen * (changes),
+
+with segments of at least MIN_SIZE points, in numpy over cumulative sums. It is ruptures'
+`KernelCPD(kernel="linear")` (and `Pelt(model="l2")`): tests/unit/test_changepoints.py checks
+that both find the same breaks on random step series. It is not ruptures itself because
+`import ruptures` alone takes 1.4 s on this project's machine (it loads scipy.stats), most of
+`trend`'s 2 s budget; this takes milliseconds for the at most 800 points a series has here.
+
+Each change costs a penalty
 
     pen = K * sigma^2 * log(n),  K = 4,
 
@@ -52,21 +59,49 @@ def penalty(values: npt.NDArray[np.float64]) -> float:
 
 def change_points(values: npt.ArrayLike) -> list[Change]:
     """The level changes of `values` (NaN-free, in time order), oldest first."""
-    import ruptures as rpt  # only here: the library is loaded by `trend` alone
-
     signal = np.asarray(values, dtype=np.float64)
     if signal.size < 2 * MIN_SIZE or not np.all(np.isfinite(signal)):
         return []
     pen = penalty(signal)
     if pen <= 0.0:  # a constant series
         return []
-    ends = rpt.KernelCPD(kernel="linear", min_size=MIN_SIZE).fit(signal).predict(pen=pen)
-    bounds = [0, *(int(e) for e in ends)]
+    bounds = [0, *pelt(signal, pen, MIN_SIZE)]
     return [
-        Change(
-            bounds[i],
-            float(np.median(signal[bounds[i - 1] : bounds[i]])),
-            float(np.median(signal[bounds[i] : bounds[i + 1]])),
-        )
+        Change(bounds[i], float(np.median(signal[bounds[i - 1] : bounds[i]])),
+               float(np.median(signal[bounds[i] : bounds[i + 1]])))
         for i in range(1, len(bounds) - 1)
-    ]
+    ]  # fmt: skip
+
+
+def pelt(signal: npt.NDArray[np.float64], pen: float, min_size: int) -> list[int]:
+    """The ends of the optimal segments (the last is len(signal)), as ruptures reports them.
+
+    best[t] is the least penalised cost of signal[:t]; a candidate start s stays admissible
+    while best[s] + cost(s, t) <= best[t] (PELT's pruning; the squared-deviation cost needs no
+    constant). cost(s, t) = sum(x^2) - sum(x)^2 / (t - s) over signal[s:t]."""
+    n = signal.size
+    s1 = np.concatenate([[0.0], np.cumsum(signal)])
+    s2 = np.concatenate([[0.0], np.cumsum(signal * signal)])
+    best = np.full(n + 1, np.inf)
+    best[0] = -pen
+    last = np.zeros(n + 1, dtype=np.int64)
+    starts = np.zeros(n + 1, dtype=np.int64)  # starts[:m]: the admissible starts, ascending
+    m, pending = 0, [0]  # pending: starts too recent for a segment of min_size yet
+    for t in range(min_size, n + 1):
+        if pending and pending[0] <= t - min_size:
+            starts[m] = pending.pop(0)
+            m += 1
+        ready = starts[:m]
+        fit = best[ready] + s2[t] - s2[ready] - (s1[t] - s1[ready]) ** 2 / (t - ready)
+        k = int(np.argmin(fit))
+        best[t], last[t] = fit[k] + pen, ready[k]
+        keep = ready[fit <= best[t]]
+        m = keep.size
+        starts[:m] = keep
+        if t + min_size <= n:  # a start that leaves room for a whole segment after it
+            pending.append(t)
+    ends, t = [n], n
+    while last[t] > 0:
+        t = int(last[t])
+        ends.append(t)
+    return sorted(ends)

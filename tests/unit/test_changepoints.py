@@ -1,12 +1,13 @@
 """Change points on synthetic series: a level shift of 5 sigma is found within one point, a flat
-noisy series gives none (seeded Gaussian noise; the penalty is in sidecar/changepoints.py)."""
+noisy series gives none (seeded Gaussian noise; the penalty is in sidecar/changepoints.py); the
+numpy PELT finds ruptures' breaks."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from sidecar.changepoints import change_points, noise_sigma
+from sidecar.changepoints import MIN_SIZE, change_points, noise_sigma, pelt, penalty
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -49,3 +50,19 @@ def test_the_noise_estimate_ignores_the_step() -> None:
     values = rng.normal(0, 1, 400)
     values[200:] += 50
     assert noise_sigma(values) == pytest.approx(1.0, rel=0.2)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_same_breaks_as_ruptures_kernel_cpd(seed: int) -> None:
+    """The numpy PELT is ruptures' linear-kernel (least-squares) PELT, break for break, on
+    random series of random length with up to three random steps."""
+    import ruptures as rpt
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(10, 800))
+    values = rng.normal(0, 1, n)
+    for _ in range(int(rng.integers(0, 4))):
+        values[int(rng.integers(1, n)) :] += rng.normal(0, 4)
+    pen = penalty(values)
+    expected = rpt.KernelCPD(kernel="linear", min_size=MIN_SIZE).fit(values).predict(pen=pen)
+    assert pelt(values, pen, MIN_SIZE) == [int(e) for e in expected]
