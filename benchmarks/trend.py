@@ -1,16 +1,17 @@
 """How fast `vllm-sidecar trend` answers over 30 days of a daemon's output (about 9,000 folders).
 
-    python benchmarks/trend.py SOURCE [SOURCE ...] [--out /tmp/trend-bench] [--days 30]
+    python benchmarks/trend.py [SOURCE ...] [--out /tmp/trend-bench] [--days 30]
 
 SOURCE: real snapshot folders (written by `vllm-sidecar snapshot` or `run` against a live vLLM,
-e.g. by `python -m devtools.demo`). The benchmark lays out OUT/<host>/ as a daemon would over
-`--days` days: a snapshot every 5 minutes and a baseline every hour, each a replica of one
-SOURCE (the sources take equal consecutive stretches of time, in the order given) with the name,
+e.g. by `python -m devtools.demo`); by default the real summaries kept as test fixtures, of
+schema 1, 2 and 3 (a month in which the sidecar was upgraded twice). The benchmark lays out
+OUT/<host>/ as a daemon would over `--days` days: a snapshot every 5 minutes and a baseline
+every hour (9,361 folders in 30 days), each a replica of one SOURCE (the sources take equal consecutive stretches of time, in the order given) with the name,
 time and kind shifted: summary.json rewritten with those three fields (and `host`), its stack
-files hard-linked. Where a source has no fingerprint (written before the fingerprint was
-filled), its replicas get one that says so in `notes` and whose only flag names the source
-(`benchmark_source=<folder>`), so that the switch between sources is a fingerprint change that
-the trend marks.
+files hard-linked. Where a source has no fingerprint (schema 1 and 2 kept none; schema 3
+before it was filled), its replicas get one that says so in `notes` and whose only flag names
+the source (`benchmark_source=<folder>`), so that each switch between sources is a fingerprint
+change for the trend to mark.
 
 Then it times:
   * the table's append path: one part per write and a compaction every COMPACT_EVERY writes
@@ -37,11 +38,17 @@ from sidecar.trend_table import COMPACT_EVERY, TrendTable
 
 TARGET_S = 2.0
 HOST = "bench-node"
+_TESTS = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
+FIXTURES = (
+    _TESTS / "schema1" / "20261201T112537Z",
+    _TESTS / "trend" / "schema2" / "20261201T133909Z",
+    _TESTS / "trend" / "schema3" / "20261201T140758Z",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("sources", nargs="+", type=Path)
+    parser.add_argument("sources", nargs="*", type=Path, default=list(FIXTURES))
     parser.add_argument("--out", type=Path, default=Path("/tmp/trend-bench"))
     parser.add_argument("--days", type=float, default=30.0)
     parser.add_argument("--repeat", type=int, default=3)
@@ -77,11 +84,35 @@ def main(argv: list[str] | None = None) -> int:
               f"(min {min(times):.2f}, max {max(times):.2f}); {warm / TARGET_S:.2f} x the "
               f"{TARGET_S:g} s target")  # fmt: skip
     print(f"plot: {plot}")
+    breakdown(args.out)
     return 0
 
 
+def breakdown(out: Path) -> None:
+    """Where a warm run's time goes, in this process (imports already paid)."""
+    from sidecar.trend import TrendOptions, compute_trend, render_text
+    from sidecar.trend_plot import save_png, trend_figure
+    from sidecar.trend_source import host_folder, load_table
+
+    marks = [time.perf_counter()]
+    table = load_table(host_folder(out, None), note=print)
+    marks.append(time.perf_counter())
+    frame = table.to_pandas()
+    marks.append(time.perf_counter())
+    trend = compute_trend(frame, TrendOptions(), host=HOST)
+    marks.append(time.perf_counter())
+    render_text(trend)
+    marks.append(time.perf_counter())
+    save_png(trend_figure(trend), out / "breakdown.png")
+    marks.append(time.perf_counter())
+    steps = ("read the table", "to pandas", "series + change points", "text", "PNG")
+    took = [f"{step} {1000 * (b - a):.0f} ms" for step, a, b in zip(steps, marks, marks[1:])]
+    print("in-process, warm: " + ", ".join(took))
+
+
 def generate(sources: list[Path], host_dir: Path, days: float) -> int:
-    """Replicas of `sources` every 5 minutes (snapshots) and every hour (baselines)."""
+    """Replicas of `sources` every 5 minutes (snapshots) and every hour (baselines, beside the
+    snapshot of the same minute, as the daemon's schedule writes them)."""
     docs = [json.loads((s / "summary.json").read_text()) for s in sources]
     end = datetime.now(UTC).replace(second=0, microsecond=0)
     end -= timedelta(minutes=end.minute % 5)
@@ -90,9 +121,9 @@ def generate(sources: list[Path], host_dir: Path, days: float) -> int:
     count, t = 0, start
     while t <= end:
         which = min(int((t - start) / (end - start) * len(sources)), len(sources) - 1)
-        baseline = t.minute == 0
-        _replica(sources[which], docs[which], host_dir, t, baseline)
-        count += 1
+        for baseline in (False, True) if t.minute == 0 else (False,):
+            _replica(sources[which], docs[which], host_dir, t, baseline)
+            count += 1
         t += timedelta(minutes=5)
     return count
 
@@ -103,7 +134,7 @@ def _replica(source: Path, doc: dict, host_dir: Path, when: datetime, baseline: 
     folder.mkdir()
     out = dict(doc, name=name, created_at=when.isoformat(timespec="seconds"), host=HOST,
                kind="baseline" if baseline else "snapshot")  # fmt: skip
-    if not out.get("fingerprint") and out.get("schema", 1) >= 3:
+    if not out.get("fingerprint"):
         out["fingerprint"] = {
             "model": (doc.get("serving") or {}).get("model_name"),
             "serving": {"benchmark_source": source.name},
