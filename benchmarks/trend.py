@@ -6,8 +6,8 @@ SOURCE: real snapshot folders (written by `vllm-sidecar snapshot` or `run` again
 e.g. by `python -m devtools.demo`); by default the real summaries kept as test fixtures, of
 schema 1, 2 and 3 (a month in which the sidecar was upgraded twice). The benchmark lays out
 OUT/<host>/ as a daemon would over `--days` days: a snapshot every 5 minutes and a baseline
-every hour (9,361 folders in 30 days), each a replica of one SOURCE (the sources take equal consecutive stretches of time, in the order given) with the name,
-time and kind shifted: summary.json rewritten with those three fields (and `host`), its stack
+every hour (9,361 folders in 30 days), each a replica of one SOURCE (the sources take equal
+consecutive stretches of time, in the order given) with the name, time and kind shifted: summary.json rewritten with those three fields (and `host`), its stack
 files hard-linked. Where a source has no fingerprint (schema 1 and 2 kept none; schema 3
 before it was filled), its replicas get one that says so in `notes` and whose only flag names
 the source (`benchmark_source=<folder>`), so that each switch between sources is a fingerprint
@@ -106,7 +106,10 @@ def breakdown(out: Path) -> None:
     save_png(trend_figure(trend), out / "breakdown.png")
     marks.append(time.perf_counter())
     steps = ("read the table", "to pandas", "series + change points", "text", "PNG")
-    took = [f"{step} {1000 * (b - a):.0f} ms" for step, a, b in zip(steps, marks, marks[1:])]
+    took = [
+        f"{step} {1000 * (b - a):.0f} ms"
+        for step, a, b in zip(steps, marks, marks[1:], strict=False)
+    ]
     print("in-process, warm: " + ", ".join(took))
 
 
