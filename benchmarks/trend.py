@@ -7,11 +7,11 @@ e.g. by `python -m devtools.demo`); by default the real summaries kept as test f
 schema 1, 2 and 3 (a month in which the sidecar was upgraded twice). The benchmark lays out
 OUT/<host>/ as a daemon would over `--days` days: a snapshot every 5 minutes and a baseline
 every hour (9,361 folders in 30 days), each a replica of one SOURCE (the sources take equal
-consecutive stretches of time, in the order given) with the name, time and kind shifted: summary.json rewritten with those three fields (and `host`), its stack
-files hard-linked. Where a source has no fingerprint (schema 1 and 2 kept none; schema 3
-before it was filled), its replicas get one that says so in `notes` and whose only flag names
-the source (`benchmark_source=<folder>`), so that each switch between sources is a fingerprint
-change for the trend to mark.
+consecutive stretches of time, in the order given) with the name, time and kind shifted:
+summary.json rewritten with those fields (and `host`), its stack files hard-linked. Where a
+source has no fingerprint (schema 1 and 2 kept none; schema 3 before it was filled), its
+replicas get one that says so in `notes` and whose only flag names the source
+(`benchmark_source=<folder>`): each switch between sources is a fingerprint change to mark.
 
 Then it times:
   * the table's append path: one part per write and a compaction every COMPACT_EVERY writes
