@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from sidecar.changepoints import change_points
@@ -99,8 +100,10 @@ def compute_trend(frame: pd.DataFrame, options: TrendOptions, host: str) -> Tren
 def select_series(rows: pd.DataFrame, patterns: Sequence[str]) -> list[str]:
     """The numeric columns `patterns` name (exact or fnmatch), or the defaults: each role's
     top phases by mean share, then throughput and tail latency. Empty columns are left out."""
-    numeric = [c for c in rows.columns if pd.api.types.is_numeric_dtype(rows[c])]
-    filled = [c for c in numeric if rows[c].notna().any()]
+    numbers = rows.select_dtypes("number")
+    numeric = list(numbers.columns)
+    present = numbers.notna().any()
+    filled = [c for c in numeric if present[c]]
     if not patterns:
         top = [c for role in ROLES for c in _top_phases(rows, filled, role)]
         return top + [c for c in DEFAULT_SERVING if c in filled]
@@ -119,14 +122,14 @@ def select_series(rows: pd.DataFrame, patterns: Sequence[str]) -> list[str]:
 def fingerprint_changes(rows: pd.DataFrame) -> tuple[FingerprintChange, ...]:
     """Each row whose fingerprint differs from the last known one ("" is unknown: a summary
     of schema 1 or 2, or a fingerprint that could not be read, changes nothing)."""
-    out, last = [], None
     known = rows[rows["fingerprint"].fillna("") != ""]
-    for when, row in known.iterrows():
-        if last is not None and row["fingerprint"] != last["fingerprint"]:
-            label = _change_label(last, row)
-            out.append(FingerprintChange(when, last["fingerprint"], row["fingerprint"], label))
-        last = row
-    return tuple(out)
+    digests = known["fingerprint"].to_numpy()
+    at = np.flatnonzero(digests[1:] != digests[:-1]) + 1
+    return tuple(
+        FingerprintChange(known.index[i], digests[i - 1], digests[i],
+                          _change_label(known.iloc[i - 1], known.iloc[i]))
+        for i in at
+    )  # fmt: skip
 
 
 def render_text(trend: Trend) -> str:
@@ -206,13 +209,16 @@ def _in_range(frame: pd.DataFrame, options: TrendOptions) -> pd.DataFrame:
 def _roles_filled(rows: pd.DataFrame) -> pd.DataFrame:
     """A summary lists only the phases a role was seen in: where the role was sampled, a
     phase it does not list had a share of 0, not an unknown one."""
-    rows = rows.copy()
+    filled: dict[str, np.ndarray] = {}
     for prefix in SHARE_PREFIXES:
         for role in {c.split(".")[1] for c in rows.columns if c.startswith(prefix + ".")}:
             cols = [c for c in rows.columns if c.startswith(f"{prefix}.{role}.")]
-            seen = rows[cols].notna().any(axis=1)
-            rows.loc[seen, cols] = rows.loc[seen, cols].fillna(0.0)
-    return rows
+            block = rows[cols].to_numpy(dtype=np.float64, copy=True)
+            seen = ~np.isnan(block).all(axis=1)
+            block[seen] = np.nan_to_num(block[seen], nan=0.0)
+            filled.update(zip(cols, block.T, strict=True))
+    shares = pd.DataFrame(filled, index=rows.index)
+    return pd.concat([rows.drop(columns=list(filled)), shares], axis=1)
 
 
 def _top_phases(rows: pd.DataFrame, filled: list[str], role: str) -> list[str]:

@@ -24,6 +24,7 @@ from sidecar.trend import ROLES, Trend, short_name
 
 PANEL_H = 2.4  # inches per panel
 MANY_BASELINES = 40  # beyond this, baselines are ticks at the foot rather than full lines
+LABEL_CHARS = 60
 LABEL_BOX = {"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.85}
 
 
@@ -53,13 +54,18 @@ def trend_figure(trend: Trend) -> Figure:
         f"({len(trend.baselines)} baselines), {rows.index[0]:%Y-%m-%d %H:%M} to "
         f"{rows.index[-1]:%Y-%m-%d %H:%M} UTC",
         fontsize=11,
+        y=1 - 0.15 / fig.get_figheight(),
+        va="top",
     )
     bottom = axes[-1, 0]
     locator = mdates.AutoDateLocator()  # type: ignore[no-untyped-call]
     bottom.xaxis.set_major_locator(locator)
     bottom.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]
     fig.text(0.01, 0.005, _key(trend), fontsize=8, color="0.3")
-    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    # Fixed margins (the legends sit right of the panels): tight_layout would draw it twice.
+    height = fig.get_figheight()
+    fig.subplots_adjust(left=0.06, right=0.83, top=1 - 0.8 / height, bottom=0.6 / height,
+                        hspace=0.35)  # fmt: skip
     return fig
 
 
@@ -107,11 +113,19 @@ def _marks(ax: Axes, trend: Trend, *, label: bool) -> None:
         ax.vlines(list(trend.baselines), 0, top, transform=ax.get_xaxis_transform(),
                   colors="0.5", lw=0.6, linestyles="-" if top < 1 else ":",
                   gid="baselines")  # fmt: skip
-    for change in trend.fingerprint_changes:
+    first, last = trend.rows.index[0], trend.rows.index[-1]
+    for k, change in enumerate(trend.fingerprint_changes):
         ax.axvline(change.time, color="crimson", ls="--", lw=1.2, gid="fingerprint")
-        if label:
-            x = mdates.date2num(change.time)  # type: ignore[no-untyped-call]
-            ax.annotate(change.label, (x, 1.0),
-                        xycoords=("data", "axes fraction"), xytext=(3, -3),
-                        textcoords="offset points", va="top", fontsize=8, color="crimson",
-                        rotation=0, clip_on=False, bbox=LABEL_BOX)  # fmt: skip
+        if not label:
+            continue
+        text = change.label
+        if len(text) > LABEL_CHARS:
+            text = text[: LABEL_CHARS - 1] + "…"
+        # Left of the line in the last 40% (clear of the legend); staggered down, so that
+        # changes close in time keep readable labels.
+        late = change.time > first + 0.6 * (last - first)
+        x = mdates.date2num(change.time)  # type: ignore[no-untyped-call]
+        ax.annotate(text, (x, 1.0), xycoords=("data", "axes fraction"),
+                    xytext=(-3 if late else 3, -3 - 12 * (k % 4)), textcoords="offset points",
+                    va="top", ha="right" if late else "left", fontsize=8, color="crimson",
+                    clip_on=False, bbox=LABEL_BOX)  # fmt: skip
