@@ -249,12 +249,23 @@ def _series(points: pd.Series) -> SeriesTrend:
 
 
 def _change_label(before: pd.Series, after: pd.Series) -> str:
-    parts = [
-        f"{label} {_text(before[col])} -> {_text(after[col])}"
-        for col, label in FINGERPRINT_FIELDS.items()
-        if col in before.index and _text(before[col]) != _text(after[col])
-    ]
+    parts = []
+    for col, label in FINGERPRINT_FIELDS.items():
+        was, now = _text(before.get(col)), _text(after.get(col))
+        if was == now:
+            continue
+        if col == "serving_flags":  # name the flags that changed, not the whole set
+            a, b = _flags(was), _flags(now)
+            parts += [f"{k} {a.get(k, '-')} -> {b.get(k, '-')}" for k in sorted(a.keys() | b.keys())
+                      if a.get(k) != b.get(k)]  # fmt: skip
+        else:
+            parts.append(f"{label} {was} -> {now}")
     return "; ".join(parts) or f"fingerprint {before['fingerprint']} -> {after['fingerprint']}"
+
+
+def _flags(text: str) -> dict[str, str]:
+    pairs = (item.partition("=") for item in text.split() if text != "?")
+    return {k: v for k, _, v in pairs}
 
 
 # ---------------------------------------------------------------------------------- format

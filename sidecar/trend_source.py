@@ -18,7 +18,6 @@ import pyarrow as pa
 
 from sidecar.errors import InputError
 from sidecar.store import INDEX_NAME, SNAPSHOT_NAME
-from sidecar.summary_io import read_summary
 from sidecar.trend_table import (
     TABLE_NAME,
     TableError,
@@ -80,6 +79,8 @@ def load_table(host_dir: Path, note: Note) -> pa.Table:
     stale = have - folders.keys()
     if current is not None and not missing and not stale:
         return current
+    from sidecar.summary_io import read_summary  # pydantic: only when there are rows to rebuild
+
     rows = []
     for name in missing:
         try:

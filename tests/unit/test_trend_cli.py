@@ -127,3 +127,19 @@ def test_the_plot_option_writes_a_png(out: Path, tmp_path: Path) -> None:
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     height, width, _ = matplotlib.image.imread(png).shape
     assert width == 1300 and height > 1000  # 13 in x 100 dpi; five panels
+
+
+def test_a_change_of_serving_flags_is_labelled_by_the_flags_that_changed() -> None:
+    import pandas as pd
+
+    from sidecar.trend import fingerprint_changes
+
+    times = pd.date_range("2026-11-01", periods=4, freq="5min", tz="UTC")
+    rows = pd.DataFrame(
+        {"fingerprint": ["", "aaa", "aaa", "bbb"], "vllm": [None, "0.32.0", "0.32.0", "0.32.0"],
+         "serving_flags": [None, "max_num_seqs=256 dtype=auto", "max_num_seqs=256 dtype=auto",
+                           "max_num_seqs=512 dtype=auto"]},
+        index=times,
+    )  # fmt: skip
+    (change,) = fingerprint_changes(rows)
+    assert change.time == times[3] and change.label == "max_num_seqs 256 -> 512"
