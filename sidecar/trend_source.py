@@ -53,11 +53,12 @@ def host_folder(out: Path, host: str | None) -> Path:
     raise InputError(f"{out} holds several hosts: pick one with --host ({', '.join(hosts)})")
 
 
-def snapshot_folders(host_dir: Path) -> dict[str, Path]:
-    """Every complete snapshot folder by name (a scandir: no stat of their files)."""
+def snapshot_folders(host_dir: Path) -> set[str]:
+    """The names of every complete snapshot folder (a scandir: no stat of their files, and no
+    Path object per folder: 9,000 of them cost 0.2 s)."""
     with os.scandir(host_dir) as entries:
         return {
-            e.name: Path(e.path)
+            e.name
             for e in entries
             if SNAPSHOT_NAME.match(e.name) and e.is_dir(follow_symlinks=False)
         }
@@ -76,7 +77,7 @@ def load_table(host_dir: Path, note: Note) -> pa.Table:
         note(f"warning: {warning}")
     have = set(current["name"].to_pylist()) if current is not None else set()
     missing = sorted(n for n in folders if n not in have)
-    stale = have - folders.keys()
+    stale = have - folders
     if current is not None and not missing and not stale:
         return current
     from sidecar.summary_io import read_summary  # pydantic: only when there are rows to rebuild
@@ -84,10 +85,10 @@ def load_table(host_dir: Path, note: Note) -> pa.Table:
     rows = []
     for name in missing:
         try:
-            rows.append(summary_row(read_summary(folders[name]), name=name))
+            rows.append(summary_row(read_summary(host_dir / name), name=name))
         except InputError as exc:
-            note(f"warning: skipped {folders[name]}: {exc}")
-    merged = select_names(_concat(current, rows_to_table(rows)), folders.keys())
+            note(f"warning: skipped {host_dir / name}: {exc}")
+    merged = select_names(_concat(current, rows_to_table(rows)), folders)
     try:
         table.save(merged, parts)
     except (OSError, TableError) as exc:
