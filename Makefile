@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv vllm-env lint unit integration test demo bench bench-trend soak noise validate-deploy schema clean
+.PHONY: venv vllm-env browser lint unit integration test demo bench bench-trend soak noise record-diff validate-deploy schema clean
 
 venv: $(STAMP)
 
@@ -31,8 +31,15 @@ unit: venv
 integration: vllm-env
 	$(BIN)/pytest tests/integration -q -m integration
 
-test: vllm-env lint
+test: vllm-env lint browser
 	$(BIN)/pytest tests -q -rs
+
+# Headless Chromium renders the flame graphs in the tests (Debian's package); where it cannot be
+# installed (not root, no apt) those tests skip and say so.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+		&& (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium \
+		>/dev/null) || echo "chromium not installed: the render tests will skip"; }
 
 demo: vllm-env
 	$(BIN)/python -m devtools.demo
@@ -46,6 +53,10 @@ soak: vllm-env
 # Re-measure the live tests' noise on this machine (about 15 min); commit the new record.
 noise: vllm-env
 	$(BIN)/python benchmarks/noise.py
+
+# Record real windows for `diff` (about 15 min): steady pairs, another workload, another flag.
+record-diff: vllm-env
+	$(BIN)/python -m benchmarks.record_diff
 
 schema: venv
 	$(BIN)/python -m devtools.schema

@@ -93,7 +93,9 @@ def take_window(server: VllmServer, workload: str, out: Path, seed: int) -> Live
     moment py-spy samples."""
     wait_idle(server)
     argv = [sys.executable, "-c", _CLI, "snapshot", "--pid", str(server.pid),
-            "--duration", str(WINDOW_S), "--rate", str(RATE_HZ), "--out", str(out)]  # fmt: skip
+            "--duration", str(WINDOW_S), "--rate", str(RATE_HZ), "--out", str(out),
+            # one py-spy run for the whole window, as when tests/fixtures/noise was recorded
+            "--segment", str(WINDOW_S)]  # fmt: skip
     paths = [str(_REPO), os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": os.pathsep.join(p for p in paths if p)}  # fmt: skip

@@ -48,6 +48,7 @@ def cli() -> None:
 SHARED_SETTINGS = (
     "target.pid", "target.pid_file", "target.discover", "target.proc_root", "target.host_proc",
     "target.any_python", "sampling.rate_hz", "sampling.cpu_budget", "sampling.py_spy",
+    "sampling.segment_s",
     "metrics.url", "gpu", "rules",
 )  # fmt: skip
 DAEMON_SETTINGS = (
@@ -64,6 +65,7 @@ _HELP = {
     "sampling.rate_hz": "Samples per second (the starting rate under a budget).",
     "sampling.cpu_budget": "Adapt the rate to this share of one core, e.g. 2% (`off`: fixed).",
     "sampling.py_spy": "Path to the py-spy binary.",
+    "sampling.segment_s": "py-spy runs in segments this long, each a unit for `diff`.",
     "metrics.url": "vLLM's /metrics (default: from the API server's flags).",
     "gpu": "NVML readings.",
     "rules": "Your own phases.yaml.",
@@ -256,6 +258,108 @@ def report(snapshot_dir: Path, fmt: str) -> None:
         click.echo(json.dumps(to_jsonable(report_data(summary)), indent=2))
     else:
         click.echo(render(summary))
+
+
+# ---------------------------------------------------------------------------------- diff
+
+REGRESSION_EXIT = 10  # `diff --fail-on`: a significant regression beyond the threshold
+
+
+@cli.command()
+@click.argument("sides", nargs=-1, metavar="A B")
+@click.option(
+    "--baseline",
+    "baseline_of",
+    type=click.Path(path_type=Path),
+    metavar="OUT",
+    help="Compare the latest baseline with the latest snapshot under OUT.",
+)
+@click.option("--since", help="Folder sides start here: ISO time (UTC) or ago (2h, 7d).")
+@click.option("--until", help="Folder sides end here (exclusive).")
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+@click.option(
+    "--fail-on",
+    metavar="SHARE",
+    help="Exit 10 on a significant regression beyond this, e.g. 10% (a CPU cost "
+    "per 1,000 generated tokens, or a latency tested over windows).",
+)
+def diff(sides: tuple[str, ...], baseline_of: Path | None, since: str | None,
+         until: str | None, fmt: str, fail_on: str | None) -> None:  # fmt: skip
+    """What changed from A to B, and is it real? A and B: snapshot folders, or output folders
+    narrowed to a time range (PATH@SINCE..UNTIL, or --since/--until)."""
+    from sidecar.compare import compare
+    from sidecar.diff import Range, baseline_sides, gate, now, parse_time, render_text, side_from
+    from sidecar.diff import to_json as diff_json
+
+    threshold = None
+    if fail_on is not None:
+        try:
+            threshold = units.SHARE.parse(fail_on)
+        except units.Unfit as exc:
+            raise ConfigError(f"--fail-on {fail_on!r} {exc}: {units.SHARE.hint}") from None
+    if baseline_of is not None:
+        if sides:
+            raise ConfigError("give A B or --baseline OUT, not both")
+        a, b = baseline_sides(baseline_of)
+    else:
+        if len(sides) != 2:
+            raise ConfigError(
+                "name two sides: `vllm-sidecar diff A B` (snapshot folders, or output folders "
+                "with --since/--until or PATH@SINCE..UNTIL), or `--baseline OUT`"
+            )
+        t = now()
+        default = Range(parse_time(since, t) if since else None,
+                        parse_time(until, t) if until else None)  # fmt: skip
+        a, b = (side_from(spec, default, t, label) for spec, label in zip(sides, "AB", strict=True))
+    comparison = compare(a, b)
+    failed = gate(comparison, threshold)
+    if fmt == "json":
+        click.echo(json.dumps(diff_json(comparison, failed), indent=2))
+    else:
+        click.echo(render_text(comparison, failed))
+    if failed:
+        raise SystemExit(REGRESSION_EXIT)
+
+
+# ---------------------------------------------------------------------------------- flamegraph
+
+
+@cli.command()
+@click.argument("snapshot_dir", metavar="SNAPSHOT", type=click.Path(path_type=Path))
+@click.option("--diff", "other", metavar="OTHER", type=click.Path(path_type=Path),
+              help="Draw how OTHER (B, the layout) differs from SNAPSHOT (A): red grew, blue "
+                   "shrank, by each frame's share of all samples. SVG only.")  # fmt: skip
+@click.option("--out", "-o", type=click.Path(),
+              help="A folder, or a path prefix for <prefix>.svg and <prefix>.speedscope.json "
+                   "[default: flame-<snapshot> in the working folder].")  # fmt: skip
+@click.option(
+    "--min-width",
+    type=click.FloatRange(0, 100),
+    default=0.1,
+    show_default=True,
+    metavar="PCT",
+    help="Leave out frames narrower than PCT% of the width.",
+)
+def flamegraph(snapshot_dir: Path, other: Path | None, out: str | None, min_width: float) -> None:
+    """Draw a snapshot's stacks as a flame graph (SVG) and a speedscope profile (JSON)."""
+    from importlib.metadata import version
+
+    from sidecar.flame_io import draw, draw_diff
+
+    if other is not None:
+        paths = draw_diff(snapshot_dir, other, out, min_width / 100)
+        click.echo("(no speedscope file for a differential graph: speedscope cannot show one; "
+                   "`flamegraph OTHER` writes B's profile)", err=True)  # fmt: skip
+    else:
+        exporter = f"vllm-sidecar@{version('vllm-sidecar')}"
+        paths = draw(snapshot_dir, out, min_width / 100, exporter)
+    for path in paths:
+        click.echo(str(path))
+
+
+# ---------------------------------------------------------------------------------- trend
 
 
 @cli.command()

@@ -54,7 +54,7 @@ def take_snapshot(
         runner=runner,
         pid=target.root.pid,
         controller=RateController(rate_hz=config.sampling.rate_hz, budget=budget),
-        segment_s=5.0 if budget else options.duration_s,
+        segment_s=min(config.sampling.segment_s, options.duration_s),
         alive=lambda: target.still_alive(procfs),
     )
     url = config.metrics.url

@@ -60,6 +60,9 @@ class SamplingConfig:
     # A share of one core; None keeps rate_hz fixed.
     cpu_budget: float | None = field(default=0.02, metadata=unit(u.SHARE, optional=True))
     py_spy: str | None = field(default=None, metadata=unit(u.COMMAND, optional=True))
+    # py-spy runs in segments of this length (the rate adapts between them); each segment's
+    # counts are kept apart, the units `diff` estimates its intervals from (README, Comparing).
+    segment_s: float = field(default=10.0, metadata=unit(u.SECONDS, positive=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +132,7 @@ FLAGS: Mapping[str, str] = {
     "target.proc_root": "--proc-root", "target.host_proc": "--host-proc",
     "target.any_python": "--any-python", "sampling.rate_hz": "--rate",
     "sampling.cpu_budget": "--cpu-budget", "sampling.py_spy": "--py-spy",
+    "sampling.segment_s": "--segment",
     "schedule.window_s": "--window", "schedule.interval_s": "--interval",
     "schedule.baseline_every_s": "--baseline-every", "output.dir": "--out",
     "metrics.url": "--metrics-url", "exporter_listen": "--exporter-listen", "gpu": "--gpu",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -21,6 +21,7 @@ from sidecar.config import Config
 from sidecar.discovery import Deployment
 from sidecar.errors import ConfigError
 from sidecar.failures import Failure, WindowFailure
+from sidecar.fingerprint import FingerprintCache
 from sidecar.gpu import NvmlReader
 from sidecar.pipeline import (
     WindowReaders,
@@ -100,6 +101,8 @@ class Parts:
     controller: RateController
     schedule: Schedule
     gpu: NvmlReader | None
+    # The target's fingerprint, read once per deployment and kept through reloads.
+    fingerprints: FingerprintCache = field(default_factory=FingerprintCache)
 
 
 def build_parts(
@@ -127,8 +130,9 @@ def build_parts(
     controller = kept.controller if kept else RateController(s.rate_hz, s.cpu_budget)
     kept = _kept(previous, config, "schedule")
     schedule = kept.schedule if kept else Schedule(config.schedule, clock, wall_clock)
+    fingerprints = previous.fingerprints if previous else FingerprintCache()
     return Parts(config, classifier, ProcFs(t.proc_root), runner, metrics, store, controller,
-                 schedule, gpu)  # fmt: skip
+                 schedule, gpu, fingerprints)  # fmt: skip
 
 
 def _kept(previous: Parts | None, config: Config, section: str) -> Parts | None:
@@ -152,14 +156,16 @@ def real_collector(
     """The real readers over `target`: py-spy, psutil, NVML, vLLM's /metrics. `first`: the
     daemon's first window, whose failed attach is a failed start (the sampler raises)."""
     config = parts.config
+    segment_s = min(config.sampling.segment_s, config.schedule.window_s)
     sampler = Sampler(runner=parts.runner, pid=target.root.pid, controller=parts.controller,
-                      segment_s=min(15.0, config.schedule.window_s), alive=alive, clock=clock,
-                      wall_clock=wall_clock, fail_fast=first)  # fmt: skip
+                      segment_s=segment_s, alive=alive, clock=clock, wall_clock=wall_clock,
+                      fail_fast=first)  # fmt: skip
     metrics, unread = metrics_for(target, parts.metrics, config.metrics.timeout_s)
     watch = _ScrapeWatch()
     readers = WindowReaders(procfs=parts.procfs, metrics=metrics, gpu=parts.gpu,
                             host_procfs=host_procfs(config.target.host_proc),
-                            metrics_unread=unread, scrape=watch.scrape)  # fmt: skip
+                            metrics_unread=unread, scrape=watch.scrape,
+                            fingerprints=parts.fingerprints)  # fmt: skip
     return _Window(target, sampler, parts.classifier, readers, watch)
 
 

@@ -5,6 +5,8 @@
     classify   each distinct stack to a role, phase and stage           (classifier)
     aggregate  phase shares per role and main thread, stage counts      (aggregate)
     readings   psutil, NVML, vLLM's /metrics, the KV cache's size       (WindowReaders)
+    fingerprint  what the target ran: read once per target, plus the
+               window's attention backend and GPUs                      (fingerprint)
     snapshot   the frozen record of it all                              (snapshot)
     write      the caller's: `writers.write_snapshot` for `snapshot`, the store for `run`,
                which may skip a write on a full disk and counts that
@@ -17,12 +19,14 @@ its part of the snapshot empty with a reason; only the sampler's failed start is
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sidecar.classifier import Classifier
 from sidecar.discovery import Deployment
+from sidecar.fingerprint import FingerprintCache, for_window, read_target
 from sidecar.gpu import (
     GpuFigures,
     GpuReading,
@@ -38,8 +42,11 @@ from sidecar.pidmap import PidMap
 from sidecar.procfs import ProcFs
 from sidecar.records import ProcessInfo, Role
 from sidecar.records.readings import KvCache, ServingFigures
-from sidecar.resources import PsutilReader
+from sidecar.records.summary import Fingerprint
+from sidecar.resources import PsutilReader, cpu_time
+from sidecar.rules import RuleSet
 from sidecar.sampler import Sampler, Window
+from sidecar.serveflags import deployment_name
 from sidecar.snapshot import Readings, Snapshot, build_snapshot
 from sidecar.vllm_metrics import (
     HttpMetricsSource,
@@ -65,12 +72,22 @@ def profile_window(
 ) -> Snapshot:
     """Sample `target` for `duration_s` and turn it into a snapshot, stage by stage."""
     started = readers.start(target)  # CPU times, the first /metrics scrape, the GPUs' start
+    # Each segment's CPU per role and vLLM's counters too: the units `diff` compares.
+    sampler.laps = SegmentLaps(target.processes, readers.metrics, readers.scrape, readers.cpu)
     # sample + parse: py-spy records a segment, its raw text is parsed as the segment ends
     # (the text lives in py-spy's temporary file), identical stacks are counted together.
     window = sampler.window(duration_s, stop)
     readings = readers.finish(started, target, window)  # readings over the same window
+    fingerprint = readers.fingerprint(target, window, readings, classifier.rules)
     # classify -> aggregate -> snapshot (also what recorded windows go through in the tests)
-    return build_snapshot(window, target.processes, classifier, host, readings)
+    return build_snapshot(window, target.processes, classifier, host, readings,
+                          deployment=deployment_of(target), fingerprint=fingerprint)  # fmt: skip
+
+
+def deployment_of(target: Deployment) -> str | None:
+    """`model@port` from the API server's command line; None without an API server."""
+    api = _api_server(target)
+    return deployment_name(api.cmdline) if api else None
 
 
 # ---------------------------------------------------------------------------------- readers
@@ -97,6 +114,8 @@ class WindowReaders:
     psutil_reader: PsutilReader = field(default_factory=PsutilReader)
     metrics_unread: str | None = None  # why there is no `metrics` source, when there is none
     scrape: Callable[[MetricsSource], MetricsScrape] = take_scrape  # the daemon counts failures
+    fingerprints: FingerprintCache = field(default_factory=FingerprintCache)  # the daemon's lasts
+    cpu: Callable[[int], float | None] = cpu_time  # a process's CPU seconds (psutil)
 
     def start(self, target: Deployment) -> Started:
         self.psutil_reader.start(target.processes)
@@ -123,6 +142,18 @@ class WindowReaders:
             serving=self._serving(started.scrape),
         )
         return readings.with_kv_cache(self._kv_cache(target, readings, figures))
+
+    def fingerprint(
+        self, target: Deployment, window: Window, r: Readings, rules: RuleSet
+    ) -> Fingerprint:
+        """What the target ran; a failure here costs the fingerprint, never the window."""
+        try:
+            base = self.fingerprints.get(target, lambda: read_target(
+                self.procfs, target, self.gpu.system() if self.gpu else None))  # fmt: skip
+            return for_window(base, window.stacks, r.gpu, r.gpu_figures, rules)
+        except Exception as exc:  # a bug in reading it must not lose a week of windows
+            log.warning("fingerprint not read: %s", exc, exc_info=True)
+            return Fingerprint(notes={"fingerprint": f"not read: {type(exc).__name__}: {exc}"})
 
     def _serving(self, first: MetricsScrape | None) -> ServingFigures:
         if first is not None and self.metrics is not None:
@@ -153,6 +184,50 @@ class WindowReaders:
         host = r.host_memory.total_bytes if r.host_memory else None
         inputs = kv_inputs(self.procfs, _api_server(target), gpus, host)
         return kv_cache(r.serving.cache_config, r.serving.kv_cache_usage, inputs)
+
+
+@dataclass
+class SegmentLaps:
+    """Per segment: CPU seconds per role (psutil) and vLLM's token and request counters
+    (/metrics), so a comparison has them per unit. One scrape per segment boundary; a failed
+    one leaves that segment's counters out (None), never the window."""
+
+    processes: tuple[ProcessInfo, ...]
+    metrics: MetricsSource | None
+    scrape: Callable[[MetricsSource], MetricsScrape]
+    cpu: Callable[[int], float | None]
+    clock: Callable[[], float] = time.monotonic
+    _last: tuple[float, dict[int, float], MetricsScrape | None] | None = None
+
+    def start(self) -> None:
+        self._last = self._read()
+
+    def lap(self) -> dict[str, float]:
+        now = self._read()
+        if self._last is None:
+            self._last = now
+            return {}
+        (t0, cpu0, scrape0), (t1, cpu1, scrape1) = self._last, now
+        self._last = now
+        out: dict[str, float] = {"span_s": t1 - t0}
+        for p in self.processes:
+            if p.pid in cpu0 and p.pid in cpu1:
+                key = f"cpu_s.{p.role.value}"
+                out[key] = out.get(key, 0.0) + max(cpu1[p.pid] - cpu0[p.pid], 0.0)
+        if scrape0 is not None and scrape1 is not None:
+            figures = serving_figures(scrape0, scrape1)
+            if figures.reason is None:
+                for key, value in (("generation_tokens", figures.generation_tokens),
+                                   ("prompt_tokens", figures.prompt_tokens),
+                                   ("requests", figures.requests_finished)):  # fmt: skip
+                    if value is not None:
+                        out[key] = value
+        return out
+
+    def _read(self) -> tuple[float, dict[int, float], MetricsScrape | None]:
+        cpu = {p.pid: t for p in self.processes if (t := self.cpu(p.pid)) is not None}
+        scrape = self.scrape(self.metrics) if self.metrics is not None else None
+        return self.clock(), cpu, scrape
 
 
 def _api_server(target: Deployment) -> ProcessInfo | None:

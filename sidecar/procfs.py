@@ -134,6 +134,37 @@ class ProcFs:
         except OSError:
             return None
 
+    def exe(self, pid: int) -> str | None:
+        """The executable's path as the process's mount namespace names it (the interpreter
+        behind a venv's `bin/python` symlink), or None when the link cannot be read."""
+        try:
+            return os.readlink(self.root / str(pid) / "exe")
+        except OSError:
+            return None
+
+    def mapped_files(self, pid: int) -> list[str] | None:
+        """The files mapped into `pid` (executable, shared libraries, extension modules), each
+        once, in address order; None when `maps` cannot be read (it needs ptrace-read)."""
+        try:
+            with open(self.root / str(pid) / "maps", encoding="utf-8", errors="replace") as maps:
+                paths = (_maps_path(line) for line in maps)
+                return list(dict.fromkeys(p for p in paths if p is not None))
+        except OSError:
+            return None
+
+    def inside(self, pid: int, path: str) -> Path:
+        """`path` of `pid`'s filesystem, seen from here through `/proc/PID/root` (a container's
+        files from a sidecar outside it)."""
+        return self.root / str(pid) / "root" / path.lstrip("/")
+
+    def cpuinfo(self) -> str | None:
+        """`/proc/cpuinfo` under this root: the host's CPUs, also from a container given the
+        host's /proc; None when it cannot be read."""
+        try:
+            return (self.root / "cpuinfo").read_text(errors="replace")
+        except OSError:
+            return None
+
     def snapshot(self) -> dict[int, ProcessInfo]:
         """Every process that could be read, by PID. Not atomic: processes may come and go."""
         return {info.pid: info for info in self._read_all()}
@@ -197,9 +228,14 @@ class ProcFs:
 
 
 def _maps_line_is_python(line: str) -> bool:
+    path = _maps_path(line)
+    return path is not None and os.path.basename(path).startswith(("python", "libpython"))
+
+
+def _maps_path(line: str) -> str | None:
+    """The file a `maps` line maps, or None for anonymous memory and `[heap]`-like regions."""
     # address perms offset dev inode [path]; the path may contain spaces, so split at most 5 times
     fields = line.rstrip("\n").split(maxsplit=5)
-    if len(fields) < 6:
-        return False
-    name = os.path.basename(fields[5].removesuffix(" (deleted)"))
-    return name.startswith(("python", "libpython"))
+    if len(fields) < 6 or not fields[5].startswith("/"):
+        return None
+    return fields[5].removesuffix(" (deleted)")

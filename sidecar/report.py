@@ -31,6 +31,7 @@ def report_data(s: SnapshotSummary) -> dict[str, Any]:
         "memory": _memory(s),
         "computation": _computation(s),
         "throughput": _throughput(s),
+        "software": _software(s),
         "phases": {"by_role": s.by_role, "main_thread": s.main_thread},
         "stages": _stages(s),
         "processes": _processes(s),
@@ -117,6 +118,13 @@ def _throughput(s: SnapshotSummary) -> dict[str, Any]:
             "preemptions": v.preemptions, "kv_cache_usage": v.kv_cache_usage}  # fmt: skip
 
 
+def _software(s: SnapshotSummary) -> dict[str, Any]:
+    """The fingerprint as recorded (None fields are "could not be read", `notes` says why)."""
+    if s.fingerprint is None:
+        return {"deployment": s.deployment, "missing": "not recorded (written before schema 3)"}
+    return {"deployment": s.deployment, **asdict(s.fingerprint)}
+
+
 def _stages(s: SnapshotSummary) -> dict[str, Any]:
     """Stack samples per stage; unknown-stage model time apportioned by token counts, flagged."""
     stages = dict(s.stages)
@@ -158,7 +166,8 @@ def _processes(s: SnapshotSummary) -> list[dict[str, Any]]:
 def render(s: SnapshotSummary) -> str:
     d = report_data(s)
     parts = [_render_memory(d["memory"], s.kv_cache), _render_computation(d["computation"]),
-             _render_throughput(d["throughput"]), "", "Memory breakdown:",
+             _render_throughput(d["throughput"]), _render_software(d["software"]), "",
+             "Memory breakdown:",
              _render_processes(d["processes"], s.kv_cache), "",
              "Computation breakdown (share of each role's samples):", phase_table(s)]  # fmt: skip
     if s.main_thread:
@@ -203,6 +212,43 @@ def _render_throughput(t: Mapping[str, Any]) -> str:
     return (f"[Profile] Throughput:\n- Requests: {t['requests_per_s']:.1f} req/s\n"
             f"- Tokens: {_rate(t['generation_tokens_per_s'])} tokens/s"
             f"{f' (prompt: {prompt:.0f} tokens/s)' if prompt is not None else ''}")  # fmt: skip
+
+
+def _render_software(f: Mapping[str, Any]) -> str:
+    """`[Profile] Software:` vLLM, torch, Python and backend; GPUs, driver and CUDA; the CPU;
+    the model and the flags given (absent ones are vLLM's defaults); sidecar and rules."""
+    if "missing" in f:
+        return f"[Profile] Software:\n- {f['missing']}"
+    backend = f["attention_backend"] or "not seen in the stacks"
+    lines = [f"- vLLM {_na(f['vllm'])}, torch {_na(f['torch'])}, Python {_na(f['python'])}; "
+             f"attention backend {backend}"]  # fmt: skip
+    if f["nvidia_driver"] or f["gpus"]:
+        gpus = ", ".join(f"{n}x {name}" for name, n in _counted(f["gpus"])) or "n/a"
+        lines.append(f"- GPUs: {gpus}; NVIDIA driver {_na(f['nvidia_driver'])}, "
+                     f"CUDA {_na(f['cuda'])}")  # fmt: skip
+    else:
+        lines.append(f"- GPUs: no NVML ({f['notes'].get('nvidia_driver', 'no driver version')})")
+    cores = f"{f['cpu_cores']} logical CPUs" if f["cpu_cores"] else "n/a CPUs"
+    lines.append(f"- CPU: {_na(f['cpu_model'])}, {cores}")
+    where = f" (deployment {f['deployment']})" if f["deployment"] else ""
+    lines.append(f"- Model: {_na(f['model'])}{where}")
+    flags = " ".join(f"--{k}" if v == "true" else f"--no-{k}" if v == "false" else f"--{k} {v}"
+                     for k, v in f["serving"].items())  # fmt: skip
+    given = f"{flags} (others at" if flags else "none given (all at"
+    lines.append(f"- Flags: {given} vLLM's defaults)")
+    lines.append(f"- vllm-sidecar {_na(f['sidecar'])}, rules {_na(f['rules'])}")
+    return "\n".join(["[Profile] Software:", *lines])
+
+
+def _counted(names: list[str]) -> list[tuple[str, int]]:
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    return list(counts.items())
+
+
+def _na(value: Any) -> str:
+    return "n/a" if value is None else str(value)
 
 
 def _render_processes(rows: list[dict[str, Any]], kv: KvCache | None) -> str:

@@ -47,6 +47,11 @@ class PsutilReader:
         return HostMemory(total_bytes=vm.total, available_bytes=vm.available, used_bytes=vm.used)
 
 
+def cpu_time(pid: int) -> float | None:
+    """User + system CPU seconds of PID, all its threads; None when it cannot be read."""
+    return _cpu_time(pid)
+
+
 def _cpu_time(pid: int) -> float | None:
     try:
         return float(sum(psutil.Process(pid).cpu_times()[:2]))

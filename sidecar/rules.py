@@ -7,6 +7,7 @@ module does not. Every error names the rule and the key at fault.
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import re
 import sys
 from collections.abc import Mapping, Sequence
@@ -104,6 +105,14 @@ class RuleSet:
     roles: tuple[RoleRule, ...]
     fork_boundaries: tuple[FrameSpec, ...]
     source: str
+    version: str | None = None  # the file's `version:`
+    digest: str | None = None  # sha256 of the file's text: two edits of one version differ
+
+    @property
+    def fingerprint(self) -> str:
+        """`1 sha256:3f2a9c1b07de`: which rules labelled a snapshot (its fingerprint's `rules`)."""
+        short = f"sha256:{self.digest[:12]}" if self.digest else "no digest"
+        return f"{self.version or 'unversioned'} {short}"
 
     def candidates(self, frame: Frame) -> tuple[tuple[Rule, FrameSpec], ...]:
         """The (rule, spec) pairs whose frame-local part matches, in file order (memoised)."""
@@ -190,7 +199,10 @@ def parse_rules(text: str, source: str = "<rules>") -> RuleSet:
     forks = tuple(
         _parse_spec(s, f"{source}: fork_boundaries") for s in data.get("fork_boundaries") or ()
     )
-    return RuleSet(rules=rules, roles=roles, fork_boundaries=forks, source=source)
+    version = data.get("version")
+    return RuleSet(rules=rules, roles=roles, fork_boundaries=forks, source=source,
+                   version=None if version is None else str(version),
+                   digest=hashlib.sha256(text.encode("utf-8")).hexdigest())  # fmt: skip
 
 
 def _parse_rule(raw: Any, index: int, source: str) -> Rule:

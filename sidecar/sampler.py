@@ -10,6 +10,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from sidecar.parsers import parse_raw
 from sidecar.pyspy import (
@@ -25,12 +26,23 @@ from sidecar.pyspy import (
 from sidecar.records import StackSample
 
 
+class Lap(Protocol):
+    """Readings taken at each segment's boundaries (CPU times, vLLM's counters): `start` before
+    the first segment, then `lap` after each returns what changed since the previous call."""
+
+    def start(self) -> None: ...
+
+    def lap(self) -> Mapping[str, float]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Segment:
-    """One py-spy run of the window: its seconds and its stacks (weight 1) -> count."""
+    """One py-spy run of the window: its seconds, its stacks (weight 1) -> count, and what the
+    `Lap` read over it (from the end of the previous segment to the end of this one)."""
 
     wall_s: float
     counts: Mapping[StackSample, int]
+    readings: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +108,7 @@ class Sampler:
     clock: Callable[[], float] = time.monotonic
     wall_clock: Callable[[], float] = time.time
     fail_fast: bool = True  # the daemon clears it after its first good window
+    laps: Lap | None = None  # readings per segment; None: the segments keep only their stacks
 
     def window(self, duration_s: float, stop: Callable[[], bool] = lambda: False) -> Window:
         started_at, start = self.wall_clock(), self.clock()
@@ -108,11 +121,16 @@ class Sampler:
         failed = False
         sampled = 0.0  # seconds py-spy actually sampled: its attach time is not the window's
         give_up = start + duration_s + ATTACH_GRACE_S
+        if self.laps is not None:
+            self.laps.start()
         while (left := duration_s - sampled) > 0.05 and self.clock() < give_up and not stop():
             outcome = self._segment(min(left, self.segment_s), stop, first=not totals["segments"])
             sampled += outcome.wall_s
             rates.append(self.controller.rate_hz)
-            blocks.append(_add(counts, outcome, totals, warnings))
+            segment = _add(counts, outcome, totals, warnings)
+            if self.laps is not None:
+                segment = replace(segment, readings=self.laps.lap())
+            blocks.append(segment)
             self.controller.update(outcome.cpu_s, outcome.wall_s, outcome.behind_s)
             reason, failed = _partial_reason(outcome, self.alive)
             if reason:

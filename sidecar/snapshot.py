@@ -158,8 +158,18 @@ def _blocks(w: Window, labelled: tuple[LabelledStack, ...]) -> tuple[SampleBlock
             by_phase = counts.setdefault(label.role.value, {})
             by_phase[label.phase.value] = by_phase.get(label.phase.value, 0) + n
         total = sum(sum(c.values()) for c in counts.values())
-        out.append(SampleBlock(round(segment.wall_s, 3), total, counts))
+        r = segment.readings
+        cpu = {k.removeprefix("cpu_s."): round(v, 4) for k, v in r.items()
+               if k.startswith("cpu_s.")}  # fmt: skip
+        out.append(SampleBlock(round(segment.wall_s, 3), total, counts, cpu_s=cpu,
+                               generation_tokens=r.get("generation_tokens"),
+                               prompt_tokens=r.get("prompt_tokens"), requests=r.get("requests"),
+                               span_s=_rounded(r.get("span_s"))))  # fmt: skip
     return tuple(out)
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
 
 
 def _gpu_section(r: Readings) -> GpuSection:

@@ -4,6 +4,8 @@ A fixture (YAML or JSON) holds, per device, what each call returned on real hard
 pynvml's shapes and units, or the error it raised:
 
     source: nvidia-smi / pynvml 12.560 on driver 550.54.15, H100 80GB HBM3
+    driver_version: "550.54.15"      # nvmlSystemGetDriverVersion
+    cuda_driver_version: 12040       # nvmlSystemGetCudaDriverVersion (CUDA 12.4)
     devices:
       - name: NVIDIA H100 80GB HBM3
         uuid: GPU-5a3ee0b4-...
@@ -49,7 +51,9 @@ DEVICE_KEYS = frozenset(
         "gpu_instance_id", "compute_instance_id", "compute_processes", "graphics_processes",
     }
 )  # fmt: skip
-TOP_KEYS = frozenset({"source", "init", "device_count", "devices"})
+TOP_KEYS = frozenset(
+    {"source", "init", "device_count", "devices", "driver_version", "cuda_driver_version"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +83,13 @@ class RecordedNvml:
 
     def device_count(self) -> int:
         return int(self._answer(("device_count",), self._data, "device_count", len(self._devices)))
+
+    def driver_version(self) -> str:
+        return str(self._answer(("driver_version",), self._data, "driver_version", _UNSUPPORTED))
+
+    def cuda_driver_version(self) -> int:
+        key = "cuda_driver_version"
+        return int(self._answer((key,), self._data, key, _UNSUPPORTED))
 
     def device_handle(self, index: int) -> object:
         if not 0 <= index < len(self._devices):

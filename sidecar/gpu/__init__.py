@@ -15,7 +15,14 @@ Importing this package never imports pynvml; `PynvmlApi.init` does.
 from sidecar.gpu.nvml import NvmlApi, NvmlError, NvmlReturn, PynvmlApi
 from sidecar.gpu.policy import POLICY, Outcome
 from sidecar.gpu.reader import NvmlReader
-from sidecar.gpu.records import CPU_MODE, GpuDevice, GpuProcess, GpuReading, ProcessKind
+from sidecar.gpu.records import (
+    CPU_MODE,
+    GpuDevice,
+    GpuProcess,
+    GpuReading,
+    NvmlSystem,
+    ProcessKind,
+)
 from sidecar.gpu.target import (
     GpuFigures,
     GpuSelection,
@@ -41,6 +48,7 @@ __all__ = [
     "NvmlError",
     "NvmlReader",
     "NvmlReturn",
+    "NvmlSystem",
     "Outcome",
     "ProcessKind",
     "PynvmlApi",

@@ -141,6 +141,8 @@ class NvmlApi(Protocol):
     def compute_instance_id(self, handle: object) -> int: ...
     def compute_processes(self, handle: object) -> list[NvmlProcessInfo]: ...
     def graphics_processes(self, handle: object) -> list[NvmlProcessInfo]: ...
+    def driver_version(self) -> str: ...  # "550.54.15"
+    def cuda_driver_version(self) -> int: ...  # 12040: the CUDA version the driver supports
 
 
 def process_info(obj: Any) -> NvmlProcessInfo:
@@ -160,6 +162,12 @@ def _instance_id(value: Any) -> int | None:
     if value is None or int(value) >= NVML_VALUE_NOT_AVAILABLE_UINT:
         return None
     return int(value)
+
+
+def cuda_version_text(version: int) -> str:
+    """NVML's CUDA driver version as nvidia-smi prints it: 12040 -> "12.4", 11080 -> "11.8"
+    (`CUDA_VERSION_MAJOR/MINOR` of NVML's docs: major = v // 1000, minor = v % 1000 // 10)."""
+    return f"{version // 1000}.{version % 1000 // 10}"
 
 
 class PynvmlApi:
@@ -236,6 +244,13 @@ class PynvmlApi:
 
     def graphics_processes(self, handle: object) -> list[NvmlProcessInfo]:
         return self._processes("nvmlDeviceGetGraphicsRunningProcesses", handle)
+
+    def driver_version(self) -> str:
+        version = self._run(self._lib.nvmlSystemGetDriverVersion)
+        return version.decode() if isinstance(version, bytes) else str(version)  # old pynvml
+
+    def cuda_driver_version(self) -> int:
+        return int(self._run(self._lib.nvmlSystemGetCudaDriverVersion))
 
     def _processes(self, function: str, handle: object) -> list[NvmlProcessInfo]:
         # The unversioned name raises NVMLLibraryMismatchError (not an NVMLError) when the

@@ -25,6 +25,7 @@ from sidecar.gpu.nvml import (
     NvmlProcessInfo,
     NvmlReturn,
     PynvmlApi,
+    cuda_version_text,
 )
 from sidecar.gpu.policy import (
     CPU_MODE_CODES,
@@ -32,7 +33,14 @@ from sidecar.gpu.policy import (
     Outcome,
     rule_for,
 )
-from sidecar.gpu.records import CPU_MODE, GpuDevice, GpuProcess, GpuReading, ProcessKind
+from sidecar.gpu.records import (
+    CPU_MODE,
+    GpuDevice,
+    GpuProcess,
+    GpuReading,
+    NvmlSystem,
+    ProcessKind,
+)
 from sidecar.pidmap import PidMap, PidMatch
 
 log = logging.getLogger("vllm_sidecar.gpu")
@@ -136,6 +144,28 @@ class NvmlReader:
             devices=devices,
             unsupported=unsupported,
             errors=errors,
+        )
+
+    def system(self) -> NvmlSystem:
+        """The driver's version and its CUDA version, or why not (CPU mode, a failed call:
+        logged by the same policy as `read`). Once per target: they change only with a new
+        driver, which restarts vLLM anyway."""
+        reason = self.open()
+        if reason is not None:
+            return NvmlSystem(reason=reason)
+        with self._lock:
+            self._unsupported, self._errors = [], []
+            try:
+                driver = self._call("nvml.driver_version", self._api.driver_version)
+                cuda = self._call("nvml.cuda_driver_version", self._api.cuda_driver_version)
+            except (_NvmlGone, _DeviceLost) as gone:
+                return NvmlSystem(reason=str(gone))
+            unsupported = [f"{field}: not supported" for field in self._unsupported]
+            failed = ", ".join([*unsupported, *self._errors]) or None
+        return NvmlSystem(
+            driver=driver,
+            cuda=cuda_version_text(cuda) if cuda is not None else None,
+            reason=f"NVML did not answer: {failed}" if failed else None,
         )
 
     def read_utilization(self) -> dict[str, int | None]:

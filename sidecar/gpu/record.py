@@ -53,9 +53,21 @@ def record_fixture(api: NvmlApi, source: str) -> dict[str, Any]:
             if isinstance(slots, int):
                 device["mig_devices"] = _record_mig(api, handle, slots)
             devices.append(device)
-        return {"source": source, "devices": devices}
+        return {"source": source, **_system(api), "devices": devices}
     finally:
         api.shutdown()
+
+
+def _system(api: NvmlApi) -> dict[str, Any]:
+    """The driver's versions: a fixture leaves out what NVML did not answer."""
+    found: dict[str, Any] = {}
+    for key, call in (("driver_version", api.driver_version),
+                      ("cuda_driver_version", api.cuda_driver_version)):  # fmt: skip
+        try:
+            found[key] = call()
+        except NvmlError:
+            continue
+    return found
 
 
 def _record(api: NvmlApi, handle: object) -> dict[str, Any]:

@@ -82,6 +82,16 @@ class GpuDevice:
 
 
 @dataclass(frozen=True, slots=True)
+class NvmlSystem:
+    """The NVIDIA driver's version and the CUDA version it supports ("550.54.15", "12.4");
+    each None when NVML could not say, and `reason` why (no NVML: a CPU host)."""
+
+    driver: str | None = None
+    cuda: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class GpuReading:
     """All devices at one instant. `available` False means no numbers at all, and why.
 

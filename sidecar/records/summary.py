@@ -58,6 +58,12 @@ class SampleBlock:
     duration_s: float
     samples: int  # the stacks counted here (frameless reads excluded)
     counts: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # role -> phase -> n
+    # Over the same stretch (from the previous segment's end, so py-spy's attach is included):
+    cpu_s: Mapping[str, float] = field(default_factory=dict)  # role -> CPU seconds, all threads
+    generation_tokens: float | None = None  # vLLM's counters' deltas; None: not read
+    prompt_tokens: float | None = None
+    requests: float | None = None  # finished
+    span_s: float | None = None  # the seconds those readings cover
 
 
 @dataclass(frozen=True, slots=True)

@@ -132,6 +132,9 @@ def test_snapshots_on_schedule_baselines_and_exporter(
         sampling = summary["sampling"]  # a window without samples must say why
         assert sampling["samples"] > 0 or sampling["partial_reason"], sampling
         assert summary["kind"] in ("snapshot", "baseline")
+        # the daemon's windows carry the fingerprint (read once per deployment) and its name
+        assert summary["deployment"] == f"tiny@{vllm_server.port}"
+        assert summary["fingerprint"]["vllm"] and summary["fingerprint"]["python"]
     sampled = [json.loads((f / "summary.json").read_text())["sampling"]["samples"] for f in found]
     assert sum(1 for n in sampled if n > 0) >= len(sampled) / 2, sampled
     assert re.search(r"^vllm_sidecar_target_up\{[^}]*\} 1\.0$", metrics, re.M), metrics

@@ -162,9 +162,12 @@ def test_snapshot_files(windows: dict[str, LiveWindow]) -> None:
     assert set(s["stages"]) == {"prefill", "decode", "unknown"}
     table = pd.read_parquet(folder / "stacks.parquet")
     assert list(table.columns) == [
+        "host", "deployment", "snapshot", "time", "kind",
         "pid", "role", "thread_id", "thread_name", "phase", "stage", "weight", "frame", "rule",
         "stack",
     ]  # fmt: skip
+    assert set(table["snapshot"]) == {s["name"]} and set(table["kind"]) == {"snapshot"}
+    assert set(table["host"]) == {s["host"]} and set(table["deployment"]) == {s["deployment"]}
     assert int(table["weight"].sum()) == sum(v["samples"] for v in s["phases"].values())
     lines = (folder / "stacks.collapsed").read_text().splitlines()
     assert len(lines) == len(table)

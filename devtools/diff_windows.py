@@ -1,0 +1,84 @@
+"""Windows of the dev vLLM server under a steady load, for `vllm-sidecar diff`: what the live
+diff tests (tests/integration/test_diff_live.py) take, and what `make record-diff` records into
+tests/fixtures/diff for the unit tests and the measured false-alarm rate.
+
+The load runs in a process of its own for the whole series (a real client), started before the
+first window and warmed up, so every window sees the same steady traffic; each window is
+`vllm-sidecar snapshot` as an operator runs it, in segments (the units a diff compares).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from devtools.server import VllmServer
+
+REPO = Path(__file__).resolve().parent.parent
+_CLI = "import sys; from sidecar.cli import main; sys.exit(main())"
+WINDOW_S = 30.0
+SEGMENT_S = 5.0
+RATE_HZ = 20.0
+CONCURRENCY = 8
+WARMUP_S = 8.0
+
+
+def env() -> dict[str, str]:
+    paths = [str(REPO), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+
+
+def cli(*args: str, timeout_s: float = 300.0) -> subprocess.CompletedProcess[str]:
+    """`vllm-sidecar ARGS` from this checkout."""
+    return subprocess.run([sys.executable, "-c", _CLI, *args], capture_output=True, text=True,
+                          env=env(), cwd=REPO, timeout=timeout_s, check=False)  # fmt: skip
+
+
+@contextlib.contextmanager
+def steady_load(server: VllmServer, workload: str, seconds: float, seed: int = 0) -> Iterator[None]:
+    """The load generator as a process of its own, in its own session, for up to SECONDS;
+    killed (its whole group) when the block ends, whatever happens in it."""
+    argv = [sys.executable, "-m", "devtools.loadgen", "--url", server.base_url,
+            "--workload", workload, "--duration", str(seconds),
+            "--concurrency", str(CONCURRENCY), "--seed", str(seed)]  # fmt: skip
+    proc = subprocess.Popen(argv, env=env(), cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    try:
+        time.sleep(WARMUP_S)
+        yield
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
+def take_windows(
+    server: VllmServer,
+    workload: str,
+    count: int,
+    out: Path,
+    window_s: float = WINDOW_S,
+    segment_s: float = SEGMENT_S,
+    seed: int = 0,
+) -> list[Path]:
+    """COUNT consecutive snapshot windows under one steady WORKLOAD; their folders."""
+    folders: list[Path] = []
+    # The load outlasts any series (a slow server stretches windows: --max-num-seqs 1 took
+    # 100 s for a 30 s window here); the block kills it when the last window is written.
+    with steady_load(server, workload, 3600.0, seed):
+        for i in range(count):
+            dest = out / f"{workload}-{i:02d}"
+            done = cli("snapshot", "--pid", str(server.pid), "--duration", f"{window_s:g}",
+                       "--segment", f"{segment_s:g}", "--rate", f"{RATE_HZ:g}",
+                       "--out", str(dest), timeout_s=window_s + 180)  # fmt: skip
+            if done.returncode != 0:
+                raise RuntimeError(f"snapshot exited {done.returncode}:\n{done.stderr[-3000:]}")
+            (folder,) = [p for p in dest.iterdir() if not p.name.startswith(".")]
+            folders.append(folder)
+    return folders

@@ -1,0 +1,577 @@
+"""Two sides (each one or more windows) compared: what differs in the fingerprint, the phase
+shares per role, the workload-normalised CPU costs and the serving figures, every tested
+difference with a simultaneous 95 % interval. Pure functions over `SnapshotSummary` records.
+
+The method (README, "Comparing snapshots"):
+- Units. Consecutive samples of a thread are correlated and windows differ in load, so the
+  samples are not the units: each py-spy segment of a window is (`sampling.blocks`, 10 s by
+  default), with its own role x phase counts, CPU seconds per role and vLLM's token counts. A
+  summary written before schema 3 is one unit.
+- Estimates. Every figure is a ratio of sums over a side's units (a share: phase samples over
+  role samples; a cost: CPU seconds over generated tokens; a rate: tokens over seconds), and its
+  variance is the ratio estimator's, from the spread of the units around it (the cluster-sample
+  formula: n/(n-1) * sum (y_i - R x_i)^2 / (sum x_i)^2). Differences of shares are in
+  percentage points, of costs and rates a ratio (compared on the log scale).
+- Intervals. Welch's t with Welch-Satterthwaite degrees of freedom, and Bonferroni over every
+  comparison the diff tests at once (m), so the chance that two sides of the same load show
+  *any* significant change is at most 5 %; a difference is significant when its interval
+  excludes no change. Checked on recorded real windows (tests/fixtures/diff).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+
+from scipy import stats
+
+from sidecar.records import Phase
+from sidecar.records.summary import Fingerprint, SnapshotSummary
+
+ALPHA = 0.05  # family-wise: over all the comparisons one diff tests
+# Phases where a thread waits: CPU seconds are split over the others (a cost estimate).
+WAITING = frozenset({Phase.IDLE.value, Phase.MODEL_WAIT.value, Phase.GPU_WAIT.value})
+MIN_SHARE = 0.005  # a phase below this share on both sides is not compared (too few samples)
+MIN_SAMPLES = 10  # fewer samples of a phase on both sides together: shown, not tested
+MIN_BUSY_SHARE = 0.10  # a phase's cost is compared when it holds this much of a role's busy CPU
+# The two sides served different work when the token mix moved this much (costs per token then
+# compare unlike things: the diff says so, and --fail-on does not fail on them).
+MIX_SHARE = 0.10  # prompt tokens' share of all tokens, absolute
+MIX_RATIO = 1.5  # tokens per request, either way
+MIN_COST_SAMPLES = 20  # ... and this many samples on each side: the split of CPU rests on them
+ROLES = ("api_server", "engine_core", "worker", "other")
+# Phases compared together as well, where a reader asks about them together (PHASES.md): the
+# model's computation is forward and attention; a shift between the two is not more compute.
+GROUPS: dict[str, tuple[str, ...]] = {"compute": (Phase.FORWARD.value, Phase.ATTENTION.value)}
+
+
+# ---------------------------------------------------------------------------------- units
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """One py-spy segment (or one whole window written before schema 3)."""
+
+    counts: Mapping[str, Mapping[str, int]]  # role -> phase -> samples
+    cpu_s: Mapping[str, float]  # role -> CPU seconds over `span_s`
+    generation_tokens: float | None
+    prompt_tokens: float | None
+    requests: float | None
+    span_s: float | None
+    window: str  # the snapshot it belongs to
+
+    def role_samples(self, role: str) -> int:
+        return sum(self.counts.get(role, {}).values())
+
+    def busy_samples(self, role: str) -> int:
+        return sum(n for p, n in self.counts.get(role, {}).items() if p not in WAITING)
+
+
+def units_of(summary: SnapshotSummary) -> tuple[Unit, ...]:
+    if summary.sampling.blocks:
+        return tuple(
+            Unit(b.counts, b.cpu_s, b.generation_tokens, b.prompt_tokens, b.requests,
+                 b.span_s, summary.name)
+            for b in summary.sampling.blocks
+            if b.samples > 0
+        )  # fmt: skip
+    counts = {
+        role: {p: round(share * summary.role_samples.get(role, 0)) for p, share in phases.items()}
+        for role, phases in summary.by_role.items()
+    }
+    cpu: dict[str, float] = {}
+    for p in summary.resources.processes:
+        if p.cpu_s is not None:
+            cpu[p.role] = cpu.get(p.role, 0.0) + p.cpu_s
+    s = summary.serving
+    span = s.window_s if s.window_s is not None else summary.sampling.duration_s or None
+    return (Unit(counts, cpu, s.generation_tokens, s.prompt_tokens, s.requests_finished, span,
+                 summary.name),)  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------- estimates
+
+
+@dataclass(frozen=True, slots=True)
+class Ratio:
+    """sum(num) / sum(den) over n units, with the ratio estimator's variance (None: n < 2)."""
+
+    value: float | None
+    var: float | None
+    n: int
+
+
+def ratio(pairs: Iterable[tuple[float, float]]) -> Ratio:
+    pairs = [(y, x) for y, x in pairs if math.isfinite(y) and math.isfinite(x)]
+    n, total_x = len(pairs), sum(x for _, x in pairs)
+    if n == 0 or total_x <= 0:
+        return Ratio(None, None, n)
+    r = sum(y for y, _ in pairs) / total_x
+    if n < 2:
+        return Ratio(r, None, n)
+    var = n / (n - 1) * sum((y - r * x) ** 2 for y, x in pairs) / total_x**2
+    return Ratio(r, var, n)
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One compared figure: A and B, the change (B - A for `pp`, B / A for `ratio`), its
+    simultaneous interval, and whether the change is significant. `low`/`high` None: not tested
+    (`note` says why)."""
+
+    kind: str  # share | cost | serving
+    role: str | None
+    name: str  # the phase, or the figure
+    a: float | None
+    b: float | None
+    scale: str  # "pp": a difference of shares; "ratio": B over A
+    change: float | None
+    low: float | None = None
+    high: float | None = None
+    significant: bool = False
+    note: str | None = None
+    p_adjusted: float | None = None  # Bonferroni-adjusted two-sided p (significant: < alpha)
+    # Internal: the test statistic's parts, filled before the family's size is known.
+    estimate: float | None = field(default=None, repr=False, compare=False)
+    se: float | None = field(default=None, repr=False, compare=False)
+    df: float | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def tested(self) -> bool:
+        return self.low is not None
+
+    @property
+    def magnitude(self) -> float:
+        """How large the change is, comparable across kinds: pp for shares, % for ratios."""
+        if self.change is None:
+            return 0.0
+        if self.scale == "pp":
+            return abs(self.change) * 100
+        return abs(math.log(self.change)) * 100 if self.change > 0 else math.inf
+
+
+def _welch(a: Ratio, b: Ratio, log: bool) -> tuple[float, float, float] | str:
+    """(estimate, standard error, degrees of freedom) of B - A (of log B - log A), or why not."""
+    if a.value is None or b.value is None:
+        return "not measured on both sides"
+    if a.var is None or b.var is None:
+        return "one unit on a side: no spread to test against (schema < 3 or one segment)"
+    va, vb = a.var, b.var
+    if log:
+        if a.value <= 0 or b.value <= 0:
+            return "zero on a side"
+        va, vb = va / a.value**2, vb / b.value**2
+        estimate = math.log(b.value) - math.log(a.value)
+    else:
+        estimate = b.value - a.value
+    se2 = va + vb
+    if se2 <= 0:
+        return "no spread between units"
+    df = se2**2 / (va**2 / (a.n - 1) + vb**2 / (b.n - 1))
+    return estimate, math.sqrt(se2), df
+
+
+def _change(kind: str, role: str | None, name: str, a: Ratio, b: Ratio, log: bool) -> Change:
+    scale = "ratio" if log else "pp"
+    value: float | None = None
+    if a.value is not None and b.value is not None:
+        value = (b.value / a.value if a.value > 0 else None) if log else b.value - a.value
+    test = _welch(a, b, log)
+    if isinstance(test, str):
+        return Change(kind, role, name, a.value, b.value, scale, value, note=test)
+    estimate, se, df = test
+    return Change(kind, role, name, a.value, b.value, scale, value, estimate=estimate, se=se,
+                  df=df)  # fmt: skip
+
+
+def _simultaneous(changes: list[Change], alpha: float) -> list[Change]:
+    """Bonferroni over the tested changes: each interval at 1 - alpha/m."""
+    m = sum(c.se is not None for c in changes)
+    out = []
+    for c in changes:
+        if c.se is None or c.estimate is None or c.df is None:
+            out.append(c)
+            continue
+        t = float(stats.t.ppf(1 - alpha / (2 * m), c.df))
+        lo, hi = c.estimate - t * c.se, c.estimate + t * c.se
+        if c.scale == "ratio":
+            lo, hi = math.exp(lo), math.exp(hi)
+            significant = lo > 1 or hi < 1
+        else:
+            significant = lo > 0 or hi < 0
+        p = min(1.0, m * 2 * float(stats.t.sf(abs(c.estimate) / c.se, c.df)))
+        out.append(replace(c, low=lo, high=hi, significant=significant, p_adjusted=p))
+    return out
+
+
+# ---------------------------------------------------------------------------------- sides
+
+
+@dataclass(frozen=True, slots=True)
+class Side:
+    """What one side of a comparison holds: its summaries (windows), oldest first."""
+
+    label: str
+    summaries: tuple[SnapshotSummary, ...]
+
+    @property
+    def units(self) -> tuple[Unit, ...]:
+        return tuple(u for s in self.summaries for u in units_of(s))
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """What a side served, per its units: the mix the costs are normalised by."""
+
+    windows: int
+    units: int
+    seconds: float | None
+    requests: float | None
+    prompt_tokens: float | None
+    generation_tokens: float | None
+
+    @property
+    def prompt_per_request(self) -> float | None:
+        return _div(self.prompt_tokens, self.requests)
+
+    @property
+    def generated_per_request(self) -> float | None:
+        return _div(self.generation_tokens, self.requests)
+
+    @property
+    def prompt_share(self) -> float | None:
+        """Prompt tokens over all tokens: the prefill side of the mix."""
+        both = _add(self.prompt_tokens, self.generation_tokens)
+        return _div(self.prompt_tokens, both)
+
+
+def workload(side: Side) -> Workload:
+    units = side.units
+    return Workload(
+        windows=len(side.summaries),
+        units=len(units),
+        seconds=_sum(u.span_s for u in units),
+        requests=_sum(u.requests for u in units),
+        prompt_tokens=_sum(u.prompt_tokens for u in units),
+        generation_tokens=_sum(u.generation_tokens for u in units),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class FingerprintChange:
+    field: str
+    a: str
+    b: str
+
+    def words(self) -> str:
+        return f"{self.field} {self.a} \u2192 {self.b}"
+
+
+_FIELD_NAMES = {
+    "vllm": "vLLM", "torch": "torch", "python": "Python", "attention_backend": "attention backend",
+    "nvidia_driver": "NVIDIA driver", "cuda": "CUDA", "gpus": "GPUs", "model": "model",
+    "cpu_model": "host CPU", "cpu_cores": "host cores", "sidecar": "vllm-sidecar",
+    "rules": "rules",
+}  # fmt: skip
+
+
+def fingerprint_changes(
+    a: Fingerprint | None, b: Fingerprint | None
+) -> tuple[FingerprintChange, ...]:
+    """What differs, most consequential first (software, serving flags, hardware, the sidecar).
+    A side without a fingerprint (written before schema 3) compares as unknown: no change."""
+    if a is None or b is None:
+        return ()
+    out: list[FingerprintChange] = []
+    for f in fields(Fingerprint):
+        if f.name in ("notes", "serving"):
+            continue
+        va, vb = getattr(a, f.name), getattr(b, f.name)
+        if f.name == "serving":
+            continue
+        if f.name == "attention_backend" and None in (va, vb):
+            continue  # read from each window's stacks: None is "not seen" (an idle window)
+        if va != vb and not (va in (None, ()) and vb in (None, ())):
+            out.append(FingerprintChange(_FIELD_NAMES.get(f.name, f.name), _text(va), _text(vb)))
+        if f.name == "model":  # the serving flags right after the software and the model
+            for flag in sorted(set(a.serving) | set(b.serving)):
+                fa, fb = a.serving.get(flag, "default"), b.serving.get(flag, "default")
+                if fa != fb:
+                    out.append(FingerprintChange(flag.lstrip("-"), fa, fb))
+    return tuple(out)
+
+
+def side_fingerprints(side: Side) -> tuple[Fingerprint, ...]:
+    """The distinct fingerprints of a side's windows (more than one: the side mixes runs)."""
+    seen: list[Fingerprint] = []
+    for s in side.summaries:
+        fp = s.fingerprint
+        if fp is not None and all(fingerprint_changes(fp, other) for other in seen):
+            seen.append(fp)
+    return tuple(seen)
+
+
+# ---------------------------------------------------------------------------------- the diff
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    a: Side
+    b: Side
+    fingerprint: tuple[FingerprintChange, ...]
+    mixed: tuple[str, ...]  # sides whose windows ran more than one fingerprint
+    workloads: tuple[Workload, Workload]
+    shares: tuple[Change, ...]
+    cores: tuple[Change, ...]  # CPU seconds per second (cores) per role and busy phase
+    costs: tuple[Change, ...]  # CPU seconds per 1,000 generated tokens
+    serving: tuple[Change, ...]
+    per_request: tuple[Change, ...]  # CPU seconds per request: estimates, not tested
+    tested: int  # m: the comparisons the family-wise level is spread over
+    alpha: float
+
+    @property
+    def significant(self) -> tuple[Change, ...]:
+        found = [c for c in self.family if c.significant]
+        return tuple(sorted(found, key=lambda c: -c.magnitude))
+
+    @property
+    def mix_differs(self) -> str | None:
+        """Why the two sides served different work (then a cost per token compares unlike
+        things), or None."""
+        a, b = self.workloads
+        why = []
+        sa, sb = a.prompt_share, b.prompt_share
+        if sa is not None and sb is not None and abs(sa - sb) > MIX_SHARE:
+            why.append(f"prompt share of tokens {100 * sa:.0f} % \u2192 {100 * sb:.0f} %")
+        ga, gb = a.generated_per_request, b.generated_per_request
+        if ga and gb and not 1 / MIX_RATIO <= gb / ga <= MIX_RATIO:
+            why.append(f"generated tokens per request {ga:.1f} \u2192 {gb:.1f}")
+        pa, pb = a.prompt_per_request, b.prompt_per_request
+        if pa and pb and not 1 / MIX_RATIO <= pb / pa <= MIX_RATIO:
+            why.append(f"prompt tokens per request {pa:.0f} \u2192 {pb:.0f}")
+        return "; ".join(why) or None
+
+    @property
+    def family(self) -> tuple[Change, ...]:
+        """Every comparison the family-wise level covers."""
+        return (*self.shares, *self.cores, *self.costs, *self.serving)
+
+
+def compare(a: Side, b: Side, alpha: float = ALPHA) -> Comparison:
+    ua, ub = a.units, b.units
+    parts = [
+        _share_changes(ua, ub),
+        _cpu_changes("cores", ua, ub, lambda u: u.span_s),
+        _cpu_changes("cost", ua, ub, lambda u: _kilo(u.generation_tokens)),
+        _serving_changes(a, b, ua, ub),
+    ]
+    tested = iter(_simultaneous([c for part in parts for c in part], alpha))
+    shares, cores, costs, serving = (tuple(next(tested) for _ in part) for part in parts)
+    per_request = _cpu_changes("per_request", ua, ub, lambda u: u.requests)
+    fa, fb = side_fingerprints(a), side_fingerprints(b)
+    return Comparison(
+        a=a,
+        b=b,
+        fingerprint=fingerprint_changes(fa[-1] if fa else None, fb[-1] if fb else None),
+        mixed=tuple(s.label for s, f in ((a, fa), (b, fb)) if len(f) > 1),
+        workloads=(workload(a), workload(b)),
+        shares=shares,
+        cores=cores,
+        costs=costs,
+        serving=serving,
+        per_request=tuple(
+            replace(c, note=c.note or "an estimate; not tested") for c in per_request
+        ),
+        tested=sum(c.tested for c in (*shares, *cores, *costs, *serving)),
+        alpha=alpha,
+    )
+
+
+def _kilo(tokens: float | None) -> float | None:
+    return None if tokens is None else tokens / 1000
+
+
+def _roles(ua: Sequence[Unit], ub: Sequence[Unit]) -> list[str]:
+    present = [{r for u in us for r in u.counts if u.role_samples(r)} for us in (ua, ub)]
+    both = present[0] & present[1]
+    return [r for r in ROLES if r in both] + sorted(both - set(ROLES))
+
+
+def _share_changes(ua: Sequence[Unit], ub: Sequence[Unit]) -> list[Change]:
+    out = []
+    for role in _roles(ua, ub):
+        names: list[tuple[str, tuple[str, ...]]] = [(p.value, (p.value,)) for p in Phase]
+        for group, members in GROUPS.items():
+            if all(any(u.counts.get(role, {}).get(m) for u in (*ua, *ub)) for m in members):
+                names.append((group, members))
+        for name, members in names:
+            pairs = [[(sum(u.counts.get(role, {}).get(m, 0) for m in members),
+                       u.role_samples(role)) for u in us] for us in (ua, ub)]  # fmt: skip
+            a, b = ratio(pairs[0]), ratio(pairs[1])
+            if max(a.value or 0.0, b.value or 0.0) < MIN_SHARE:
+                continue
+            hits = sum(y for side in pairs for y, _ in side)
+            if hits < MIN_SAMPLES:
+                out.append(Change("share", role, name, a.value, b.value, "pp",
+                                  _minus(b.value, a.value),
+                                  note=f"{hits} samples: too few to test"))  # fmt: skip
+                continue
+            a, b = _binomial_floor(a, b, pairs)
+            out.append(_change("share", role, name, a, b, log=False))
+    return out
+
+
+def _binomial_floor(a: Ratio, b: Ratio, pairs: list[list[tuple[int, int]]]) -> tuple[Ratio, Ratio]:
+    """Samples within a unit are positively correlated, so a share's variance is at least the
+    binomial one: a side whose few units happen to agree (all zero, say) must not claim more
+    certainty than independent samples would give. The floor uses the pooled share."""
+    totals = [sum(x for _, x in side) for side in pairs]
+    pooled = sum(y for side in pairs for y, _ in side) / max(sum(totals), 1)
+    out = []
+    for r, n in zip((a, b), totals, strict=True):
+        floor = pooled * (1 - pooled) / n if n else 0.0
+        out.append(Ratio(r.value, None if r.var is None else max(r.var, floor), r.n))
+    return out[0], out[1]
+
+
+def _minus(b: float | None, a: float | None) -> float | None:
+    return None if a is None or b is None else b - a
+
+
+def _phase_cpu(u: Unit, role: str, phase: str | None) -> float | None:
+    """The role's CPU seconds in this unit, split by its busy samples when `phase` is given."""
+    cpu = u.cpu_s.get(role)
+    if cpu is None:
+        return None
+    if phase is None:
+        return cpu
+    busy = u.busy_samples(role)
+    return cpu * u.counts.get(role, {}).get(phase, 0) / busy if busy else 0.0
+
+
+def _cpu_changes(
+    kind: str, ua: Sequence[Unit], ub: Sequence[Unit], per: Callable[[Unit], float | None]
+) -> list[Change]:
+    """CPU seconds per `per` (a second: cores; 1,000 generated tokens; a request), per role and
+    per busy phase. An estimate: each unit's measured CPU of the role, split by its busy
+    samples; a phase is compared where it holds MIN_BUSY_SHARE of them and MIN_COST_SAMPLES
+    samples on each side."""
+    out = []
+    for role in _roles(ua, ub):
+        if not any(u.cpu_s.get(role) for u in (*ua, *ub)):
+            continue  # a role that used no CPU (a helper process) costs nothing to compare
+        phases: list[str | None] = [None]
+        for phase in Phase:
+            if phase.value in WAITING:
+                continue
+            shares = [ratio((u.counts.get(role, {}).get(phase.value, 0), u.busy_samples(role))
+                            for u in us).value or 0.0 for us in (ua, ub)]  # fmt: skip
+            hits = [sum(u.counts.get(role, {}).get(phase.value, 0) for u in us) for us in (ua, ub)]
+            if max(shares) >= MIN_BUSY_SHARE and min(hits) >= MIN_COST_SAMPLES:
+                phases.append(phase.value)
+        for name in phases:
+            a, b = (
+                ratio((y, x) for u in us
+                      if (y := _phase_cpu(u, role, name)) is not None and (x := per(u)))
+                for us in (ua, ub)
+            )  # fmt: skip
+            out.append(_change(kind, role, name or "all", a, b, log=True))
+    return out
+
+
+_RATES = (
+    ("generation tokens/s", "generation_tokens"),
+    ("prompt tokens/s", "prompt_tokens"),
+    ("requests/s", "requests"),
+)
+# Window figures (one reading per window): tested when each side has two windows or more.
+_LATENCIES = (
+    ("TTFT mean", "ttft_mean_s"), ("TTFT p50", "ttft_p50_s"), ("TTFT p95", "ttft_p95_s"),
+    ("ITL mean", "itl_mean_s"), ("ITL p50", "itl_p50_s"), ("ITL p95", "itl_p95_s"),
+    ("prefill time mean", "prefill_time_mean_s"), ("decode time mean", "decode_time_mean_s"),
+    ("queue: requests waiting", "requests_waiting"), ("KV cache usage", "kv_cache_usage"),
+    ("preemptions", "preemptions"),
+)  # fmt: skip
+LATENCY_NAMES = frozenset(name for name, _ in _LATENCIES[:8])
+
+
+def _serving_changes(a: Side, b: Side, ua: Sequence[Unit], ub: Sequence[Unit]) -> list[Change]:
+    out = []
+    for name, attr in _RATES:
+        ra, rb = (_rate(us, attr) for us in (ua, ub))
+        out.append(_change("serving", None, name, ra, rb, log=True))
+    for name, attr in _LATENCIES:
+        va, vb = (
+            [v for s in side.summaries if (v := getattr(s.serving, attr)) is not None]
+            for side in (a, b)
+        )
+        out.append(_window_change(name, va, vb))
+    return out
+
+
+def _rate(us: Sequence[Unit], attr: str) -> Ratio:
+    return ratio((v, u.span_s) for u in us if (v := getattr(u, attr)) is not None and u.span_s)
+
+
+def _window_change(name: str, va: list[float], vb: list[float]) -> Change:
+    """A figure read once per window: the mean of the windows, Welch on the log scale when
+    both sides have two windows or more."""
+    ma, mb = (sum(v) / len(v) if v else None for v in (va, vb))
+    value = mb / ma if ma and mb is not None else None
+    if len(va) < 2 or len(vb) < 2:
+        return Change("serving", None, name, ma, mb, "ratio", value,
+                      note="one window on a side: not tested")  # fmt: skip
+    la, lb = ([math.log(x) for x in v if x > 0] for v in (va, vb))
+    if len(la) < 2 or len(lb) < 2:
+        return Change("serving", None, name, ma, mb, "ratio", value, note="zero on a side")
+    a = Ratio(sum(la) / len(la), _var(la) / len(la), len(la))
+    b = Ratio(sum(lb) / len(lb), _var(lb) / len(lb), len(lb))
+    test = _welch(a, b, log=False)
+    if isinstance(test, str):
+        return Change("serving", None, name, ma, mb, "ratio", value, note=test)
+    estimate, se, df = test
+    return Change("serving", None, name, ma, mb, "ratio", value, estimate=estimate, se=se,
+                  df=df)  # fmt: skip
+
+
+def regressions(comparison: Comparison, threshold: float) -> tuple[Change, ...]:
+    """What `--fail-on` fails on: a significant rise of a workload-normalised CPU cost, or of a
+    latency tested over windows, by more than `threshold` (0.10: 10 %)."""
+    costs = () if comparison.mix_differs else comparison.costs
+    worse = [c for c in costs if c.significant and (c.change or 0) > 1 + threshold]
+    worse += [
+        c
+        for c in comparison.serving
+        if c.name in LATENCY_NAMES and c.significant and (c.change or 0) > 1 + threshold
+    ]
+    return tuple(sorted(worse, key=lambda c: -(c.change or 0)))
+
+
+# ---------------------------------------------------------------------------------- helpers
+
+
+def _var(values: Sequence[float]) -> float:
+    mean = sum(values) / len(values)
+    return sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+
+
+def _sum(values: Iterable[float | None]) -> float | None:
+    found = [v for v in values if v is not None]
+    return sum(found) if found else None
+
+
+def _div(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _add(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a + b
+
+
+def _text(value: object) -> str:
+    if value is None or value == ():
+        return "unknown"
+    if isinstance(value, tuple):
+        return ", ".join(str(v) for v in value)
+    return str(value)

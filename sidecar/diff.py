@@ -1,0 +1,317 @@
+"""`vllm-sidecar diff`: which windows make each side, and the comparison as text or JSON.
+
+A side is a snapshot folder, or a folder of them (a host's folder or the output root) narrowed
+to a time range: `PATH@SINCE..UNTIL`, or `--since/--until` for every folder side without one.
+`--baseline OUT` compares the latest baseline with the latest snapshot under OUT.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sidecar import units
+from sidecar.compare import Change, Comparison, Side, Workload, regressions
+from sidecar.errors import InputError
+from sidecar.records.summary import SnapshotSummary
+from sidecar.render import table
+from sidecar.summary_io import SUMMARY_NAME, read_summary
+
+log = logging.getLogger("vllm_sidecar")
+
+_FOLDER = re.compile(r"^(?P<ts>\d{8}T\d{6}Z)(?P<baseline>-baseline)?(?:-\d+)?$")
+_TS = "%Y%m%dT%H%M%SZ"
+
+
+# ---------------------------------------------------------------------------------- sides
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    since: float | None = None  # Unix seconds, inclusive
+    until: float | None = None  # exclusive
+
+    def holds(self, t: float) -> bool:
+        return (self.since is None or t >= self.since) and (self.until is None or t < self.until)
+
+    def words(self) -> str:
+        def w(t: float | None) -> str:
+            return "…" if t is None else datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M")
+
+        return f"{w(self.since)} to {w(self.until)}"
+
+
+def parse_time(text: str, now: float) -> float:
+    """An ISO date/time (UTC when it names no zone), or a duration ago: `2h`, `90m`, `7d`."""
+    text = text.strip()
+    try:
+        return now - float(units.SECONDS.parse(text))
+    except units.Unfit:
+        pass
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise InputError(
+            f"cannot read the time {text!r}: give an ISO time (2026-11-30T14:00, UTC unless it "
+            "names a zone) or a duration ago (90m, 2h, 7d)"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+def parse_range(text: str, now: float) -> Range:
+    since, dots, until = text.partition("..")
+    if not dots:
+        raise InputError(
+            f"cannot read the range {text!r}: write SINCE..UNTIL (either may be empty)"
+        )
+    return Range(
+        parse_time(since, now) if since else None, parse_time(until, now) if until else None
+    )
+
+
+def side_from(spec: str, default: Range, now: float, label: str) -> Side:
+    """A snapshot folder, or the snapshots of a folder within the spec's or the default range."""
+    path_text, at, range_text = spec.rpartition("@") if "@" in spec else (spec, "", "")
+    path = Path(path_text)
+    if not path.exists():
+        raise InputError(
+            f"{label}: {path} does not exist: name a snapshot folder or an output folder"
+        )
+    if (path / SUMMARY_NAME).is_file() and not at:
+        return Side(f"{label}: {path.name}", (read_summary(path),))
+    window = parse_range(range_text, now) if at else default
+    found = [f for f, t, _ in snapshot_folders(path) if window.holds(t)]
+    if not found:
+        raise InputError(
+            f"{label}: no snapshot folders under {path} from {window.words()}: widen the range "
+            "(--since/--until or PATH@SINCE..UNTIL), or name a snapshot folder"
+        )
+    return Side(f"{label}: {len(found)} windows under {path}, {window.words()}", _read_all(found))
+
+
+def baseline_sides(root: Path) -> tuple[Side, Side]:
+    """The latest baseline against the latest regular snapshot under ROOT."""
+    folders = snapshot_folders(root)
+    baselines = [f for f, _, b in folders if b]
+    snapshots = [f for f, _, b in folders if not b]
+    if not baselines or not snapshots:
+        raise InputError(
+            f"--baseline needs a baseline and a snapshot under {root} (found {len(baselines)} "
+            f"baselines, {len(snapshots)} snapshots): let `vllm-sidecar run` write both first"
+        )
+    a, b = baselines[-1], snapshots[-1]
+    return (Side(f"A: baseline {a.name}", (read_summary(a),)),
+            Side(f"B: snapshot {b.name}", (read_summary(b),)))  # fmt: skip
+
+
+def snapshot_folders(root: Path) -> list[tuple[Path, float, bool]]:
+    """(folder, start time, is a baseline) for every snapshot folder in ROOT or one level down
+    (the host folders of an output root), oldest first."""
+    out = []
+    for parent in (root, *sorted(p for p in _children(root) if p.is_dir())):
+        for folder in _children(parent):
+            m = _FOLDER.match(folder.name)
+            if m and (folder / SUMMARY_NAME).is_file():
+                t = datetime.strptime(m["ts"], _TS).replace(tzinfo=UTC).timestamp()
+                out.append((folder, t, bool(m["baseline"])))
+    return sorted(out, key=lambda x: (x[1], x[0].name))
+
+
+def _read_all(folders: Iterable[Path]) -> tuple[SnapshotSummary, ...]:
+    out = []
+    for folder in folders:
+        try:
+            out.append(read_summary(folder))
+        except InputError as exc:  # one garbled window must not hide the rest
+            log.warning("skipped %s: %s", folder, exc)
+    if not out:
+        raise InputError("none of the snapshot folders could be read (see the warnings above)")
+    return tuple(out)
+
+
+def _children(folder: Path) -> list[Path]:
+    try:
+        return sorted(folder.iterdir())
+    except OSError:
+        return []
+
+
+def now() -> float:
+    return time.time()
+
+
+# ---------------------------------------------------------------------------------- output
+
+
+def verdict(c: Comparison, top: int = 6) -> list[str]:
+    """The largest significant changes in plain words, the fingerprint first."""
+    lines = (
+        [f"Ran differently: {', '.join(f.words() for f in c.fingerprint)}."]
+        if c.fingerprint
+        else []
+    )
+    for label in c.mixed:
+        lines.append(f"Note: {label.split(':')[0]} mixes windows of different fingerprints.")
+    if c.mix_differs:
+        lines.append(f"The workload differs ({c.mix_differs}): costs per token and per request "
+                     "compare unlike work.")  # fmt: skip
+    found = c.significant
+    if not found:
+        lines.append(
+            f"No significant change: none of the {c.tested} tested differences is outside its "
+            f"interval (family-wise {100 * (1 - c.alpha):.0f} %)."
+        )
+        return lines
+    # Where the time goes first (shares), then CPU, then what vLLM served; largest first.
+    order = ("share", "cores", "cost", "serving")
+    picked = [ch for kind in order for ch in [x for x in found if x.kind == kind][:2]][:top]
+    more = f" (and {len(found) - len(picked)} more)" if len(found) > len(picked) else ""
+    lines.append("Significant: " + "; ".join(_words(ch) for ch in picked) + more + ".")
+    return lines
+
+
+def _words(ch: Change) -> str:
+    who = f"{ch.role.replace('_', ' ')} " if ch.role else ""
+    if ch.kind == "share":
+        direction = "up" if (ch.change or 0) > 0 else "down"
+        size = abs(ch.change or 0.0) * 100
+        return (f"{who}{ch.name.replace('_', ' ')} {direction} "
+                f"{size:.1f} pp ({_pct(ch.a)} \u2192 {_pct(ch.b)} of its samples)")  # fmt: skip
+    what = ch.name
+    phase = "" if ch.name == "all" else f" in {ch.name.replace('_', ' ')}"
+    if ch.kind == "cost":
+        what = f"{who}CPU per 1k generated tokens{phase}"
+    elif ch.kind == "cores":
+        what = f"{who}CPU time{phase}"
+    return f"{what} {_ratio_words(ch.change)}"
+
+
+def render_text(c: Comparison, fail: tuple[Change, ...] = ()) -> str:
+    wa, wb = c.workloads
+    out = ["[Diff] " + line for line in verdict(c)]
+    out += ["", c.a.label, c.b.label]
+    if c.fingerprint:
+        out += ["", "[Diff] Fingerprint (what ran differently):"]
+        out += [f"- {f.words()}" for f in c.fingerprint]
+    out += ["", "[Diff] Workload:", table(["", "A", "B"], _workload_rows(wa, wb))]
+    out += ["", f"[Diff] Phase shares per role (pp; simultaneous 95 % intervals, m = {c.tested}):"]
+    out.append(table(["role", "phase", "A", "B", "change", "interval", ""],
+                     [_share_row(ch) for ch in c.shares]))  # fmt: skip
+    heads = ["role", "phase", "A", "B", "B/A", "interval", ""]
+    out += ["", "[Diff] CPU time per phase, in cores (estimate: each role's measured CPU split "
+            "by its busy samples):"]  # fmt: skip
+    out.append(table(heads, [_ratio_row(ch, ch.role or "", "{:.3f}") for ch in c.cores]))
+    out += ["", "[Diff] CPU seconds per 1,000 generated tokens (the same split):"]
+    out.append(table(heads, [_ratio_row(ch, ch.role or "", "{:.3f}") for ch in c.costs]))
+    out += ["", "[Diff] CPU milliseconds per finished request (estimates, not tested):"]
+    out.append(table(heads[:5], [_ratio_row(ch, ch.role or "", "{:.2f}", 1000)[:5]
+                                 for ch in c.per_request]))  # fmt: skip
+    out += ["", "[Diff] Serving figures:"]
+    out.append(table(["figure", "A", "B", "B/A", "interval", ""],
+                     [_ratio_row(ch, None, "{:.4g}")[1:] for ch in c.serving]))  # fmt: skip
+    if fail:
+        out += ["", "[Diff] Regressions beyond --fail-on:"]
+        out += [f"- {_words(ch)}" for ch in fail]
+    return "\n".join(out)
+
+
+def _workload_rows(a: Workload, b: Workload) -> list[list[str]]:
+    def f(v: float | None, fmt: str = "{:.0f}") -> str:
+        return "-" if v is None else fmt.format(v)
+
+    return [
+        ["windows / units", f"{a.windows} / {a.units}", f"{b.windows} / {b.units}"],
+        ["seconds", f(a.seconds, "{:.1f}"), f(b.seconds, "{:.1f}")],
+        ["requests finished", f(a.requests), f(b.requests)],
+        ["prompt tokens", f(a.prompt_tokens), f(b.prompt_tokens)],
+        ["generated tokens", f(a.generation_tokens), f(b.generation_tokens)],
+        ["prompt tokens / request", f(a.prompt_per_request, "{:.1f}"),
+         f(b.prompt_per_request, "{:.1f}")],
+        ["generated tokens / request", f(a.generated_per_request, "{:.1f}"),
+         f(b.generated_per_request, "{:.1f}")],
+        ["prompt share of tokens", _pct(a.prompt_share), _pct(b.prompt_share)],
+    ]  # fmt: skip
+
+
+def _share_row(ch: Change) -> list[str]:
+    interval = f"{_pp(ch.low)} .. {_pp(ch.high)}" if ch.tested else (ch.note or "-")
+    return [ch.role or "", ch.name, _pct(ch.a), _pct(ch.b), _pp(ch.change), interval,
+            "significant" if ch.significant else ""]  # fmt: skip
+
+
+def _ratio_row(ch: Change, role: str | None, fmt: str, scale: float = 1.0) -> list[str]:
+    def f(v: float | None) -> str:
+        return "-" if v is None else fmt.format(v * scale)
+
+    interval = f"{ch.low:.2f} .. {ch.high:.2f}" if ch.tested else (ch.note or "-")
+    change = "-" if ch.change is None else f"{ch.change:.2f}"
+    return [role or "", ch.name, f(ch.a), f(ch.b), change, interval,
+            "significant" if ch.significant else ""]  # fmt: skip
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.1f}%"
+
+
+def _pp(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:+.1f} pp"
+
+
+def _ratio_words(v: float | None) -> str:
+    if v is None:
+        return "changed"
+    return f"{'up' if v > 1 else 'down'} {abs(v - 1) * 100:.0f} % (\u00d7{v:.2f})"
+
+
+def to_json(c: Comparison, fail: tuple[Change, ...] = ()) -> dict[str, Any]:
+    def change(ch: Change) -> dict[str, Any]:
+        return {"kind": ch.kind, "role": ch.role, "name": ch.name, "a": _clean(ch.a),
+                "b": _clean(ch.b), "scale": ch.scale, "change": _clean(ch.change),
+                "low": _clean(ch.low), "high": _clean(ch.high), "significant": ch.significant,
+                "p_adjusted": _clean(ch.p_adjusted), "note": ch.note}  # fmt: skip
+
+    def load(w: Workload) -> dict[str, Any]:
+        return {"windows": w.windows, "units": w.units, "seconds": w.seconds,
+                "requests": w.requests, "prompt_tokens": w.prompt_tokens,
+                "generation_tokens": w.generation_tokens,
+                "prompt_per_request": w.prompt_per_request,
+                "generated_per_request": w.generated_per_request,
+                "prompt_share": w.prompt_share}  # fmt: skip
+
+    return {
+        "verdict": verdict(c),
+        "a": {"label": c.a.label, "snapshots": [s.name for s in c.a.summaries],
+              "workload": load(c.workloads[0])},
+        "b": {"label": c.b.label, "snapshots": [s.name for s in c.b.summaries],
+              "workload": load(c.workloads[1])},
+        "fingerprint": [{"field": f.field, "a": f.a, "b": f.b} for f in c.fingerprint],
+        "method": {"alpha": c.alpha, "tested": c.tested, "intervals": "simultaneous (Bonferroni), "
+                   "Welch t over py-spy segments, ratio-estimator variances"},
+        "shares": [change(ch) for ch in c.shares],
+        "cores": [change(ch) for ch in c.cores],
+        "costs": [change(ch) for ch in c.costs],
+        "per_request": [change(ch) for ch in c.per_request],
+        "serving": [change(ch) for ch in c.serving],
+        "significant": [change(ch) for ch in c.significant],
+        "regressions": [change(ch) for ch in fail],
+    }  # fmt: skip
+
+
+def _clean(v: float | None) -> float | None:
+    return None if v is None or not math.isfinite(v) else round(v, 6)
+
+
+def gate(c: Comparison, fail_on: float | None) -> tuple[Change, ...]:
+    return regressions(c, fail_on) if fail_on is not None else ()
+
+
+Clock = Callable[[], float]

@@ -1,0 +1,208 @@
+"""The flame graph's edges: a snapshot folder's stacks in, the SVG and speedscope files out.
+
+stacks.parquet is read with pyarrow (only the columns a flame graph needs, so snapshots of
+every schema read alike: schema 1 and 2 lack host, deployment, snapshot, time and kind); a
+folder without it falls back to stacks.collapsed (`role;phase;frames weight` lines).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+from sidecar.errors import InputError, OutputError
+from sidecar.flame import StackRow
+
+PARQUET = "stacks.parquet"
+COLLAPSED = "stacks.collapsed"
+COLUMNS = ("role", "phase", "weight", "stack")
+_RETAKE = "take the snapshot again (`vllm-sidecar snapshot`)"
+
+
+def read_stack_rows(folder: Path) -> tuple[StackRow, ...]:
+    """The stacks of the snapshot in FOLDER; InputError naming the fix when they cannot be read."""
+    if not folder.is_dir():
+        raise InputError(
+            f"{folder} is not a folder: point at a snapshot folder (one holding {PARQUET}), "
+            "as written by `vllm-sidecar snapshot` or `run`"
+        )
+    if (folder / PARQUET).exists():
+        return _read_parquet(folder / PARQUET)
+    if (folder / COLLAPSED).exists():
+        return read_collapsed((folder / COLLAPSED).read_text(errors="replace"), folder / COLLAPSED)
+    raise InputError(
+        f"no {PARQUET} or {COLLAPSED} in {folder}: point at a snapshot folder written by "
+        "`vllm-sidecar snapshot` or `run` (OUT/<host>/<UTC time>/)"
+    )
+
+
+def _read_parquet(path: Path) -> tuple[StackRow, ...]:
+    import pyarrow.parquet as pq  # at the edge only (STYLE.md 1)
+
+    try:
+        schema = pq.read_schema(path)
+        missing = [c for c in COLUMNS if c not in schema.names]
+        if missing:
+            raise InputError(
+                f"{path} lacks the column(s) {', '.join(missing)}: it is not a vllm-sidecar "
+                f"stacks file; {_RETAKE}"
+            )
+        table = pq.read_table(path, columns=list(COLUMNS))
+    except InputError:
+        raise
+    except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...: all mean unreadable
+        raise InputError(
+            f"cannot read {path} ({type(exc).__name__}: {exc}): {_RETAKE}, or delete it to "
+            f"draw from {COLLAPSED}"
+        ) from exc
+    data = table.to_pydict()
+    return tuple(
+        _row(role, phase, weight, stack, path, i)
+        for i, (role, phase, weight, stack) in enumerate(
+            zip(*(data[c] for c in COLUMNS), strict=True)
+        )
+    )
+
+
+def _row(
+    role: object, phase: object, weight: object, stack: object, path: Path, i: int
+) -> StackRow:
+    if not isinstance(weight, int) or weight < 0 or not isinstance(stack, str | None):
+        raise InputError(
+            f"{path}, row {i}: weight {weight!r} / stack {stack!r} unreadable; {_RETAKE}"
+        )
+    frames = tuple(stack.split(";")) if stack else ()
+    return StackRow(str(role or "other"), str(phase or "other"), frames, weight)
+
+
+def read_collapsed(text: str, source: Path | str = COLLAPSED) -> tuple[StackRow, ...]:
+    """`role;phase;frame;...;frame weight` lines, the frames root first."""
+    rows = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        head, _, count = line.rpartition(" ")
+        parts = head.split(";", 2)
+        if not count.isdigit() or len(parts) < 2:
+            raise InputError(
+                f"{source}, line {n}: not `role;phase;frames count` ({line[:80]!r}); {_RETAKE}"
+            )
+        frames = tuple(parts[2].split(";")) if len(parts) > 2 and parts[2] else ()
+        rows.append(StackRow(parts[0], parts[1], frames, int(count)))
+    return tuple(rows)
+
+
+def write_files(files: Iterable[tuple[Path, str]]) -> None:
+    """Each (path, text) written to a temporary name beside it and renamed into place."""
+    for path, text in files:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w") as handle:
+                    handle.write(text)
+                os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 is for secrets, not plots
+                os.replace(tmp, path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        except OSError as exc:
+            raise OutputError(
+                f"cannot write {path} ({exc.strerror or exc}): point --out at a writable folder"
+            ) from exc
+
+
+# ------------------------------------------------------------------------------------ command
+
+
+def output_prefix(out: str | None, default_name: str) -> Path:
+    """--out: a folder (existing, or written with a trailing slash) gets DEFAULT_NAME inside;
+    anything else is the prefix itself; none means DEFAULT_NAME in the working folder."""
+    if not out:
+        return Path(default_name)
+    if Path(out).is_dir() or out.endswith(os.sep):
+        return Path(out) / default_name
+    return Path(out)
+
+
+def draw(snapshot: Path, out: str | None, min_width: float, exporter: str) -> list[Path]:
+    """The flame graph of SNAPSHOT: <prefix>.svg and <prefix>.speedscope.json."""
+    from sidecar.flame import build_tree, layout, speedscope
+    from sidecar.flame_svg import Heading, render_svg
+
+    rows = _nonempty(read_stack_rows(snapshot), snapshot)
+    snapshot = snapshot.resolve()  # `flamegraph .` is named after the folder
+    tree = build_tree(rows)
+    shape = layout(tree, min_width)
+    roles = ", ".join(f"{r.name} {100 * r.value / tree.value:.1f}%" for r in tree.children)
+    heading = Heading(
+        f"Flame graph: {snapshot.name}",
+        (
+            f"{tree.value:,} samples ({roles}); width: samples; colour: the phase most of a "
+            "frame's samples were classified as",
+            _pruned(shape.hidden_frames, shape.hidden_share, min_width, "samples"),
+        ),
+    )
+    prefix = output_prefix(out, f"flame-{snapshot.name}")
+    svg, ss = (
+        prefix.with_name(prefix.name + ".svg"),
+        prefix.with_name(prefix.name + ".speedscope.json"),
+    )
+    document = speedscope(rows, snapshot.name, exporter)
+    write_files(
+        [(svg, render_svg(shape, heading)), (ss, json.dumps(document, separators=(",", ":")))]
+    )
+    return [svg, ss]
+
+
+def draw_diff(before: Path, after: Path, out: str | None, min_width: float) -> list[Path]:
+    """The differential flame graph of BEFORE (A) -> AFTER (B): <prefix>.svg only (speedscope
+    has no differential view: `flamegraph AFTER` writes B's profile)."""
+    from sidecar.flame import build_diff_tree, layout
+    from sidecar.flame_svg import Heading, render_diff_svg
+
+    rows_a = _nonempty(read_stack_rows(before), before)
+    rows_b = _nonempty(read_stack_rows(after), after)
+    before, after = before.resolve(), after.resolve()
+    tree = build_diff_tree(rows_a, rows_b)
+    shape = layout(tree, min_width)
+    heading = Heading(
+        f"Differential flame graph: A {before.name} -> B {after.name}",
+        (
+            f"A {before} ({tree.base or 0:,} samples), B {after} ({tree.value:,} samples)",
+            "width: B's share of its samples (a frame only in A: its share of A's); colour: the "
+            "change in the frame's share of all samples, red grew, blue shrank",
+            _pruned(shape.hidden_frames, shape.hidden_share, min_width, "the width"),
+        ),
+    )
+    prefix = output_prefix(out, f"flamediff-{before.name}-{after.name}")
+    svg = prefix.with_name(prefix.name + ".svg")
+    write_files([(svg, render_diff_svg(shape, heading))])
+    return [svg]
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _nonempty(rows: tuple[StackRow, ...], folder: Path) -> tuple[StackRow, ...]:
+    if not sum(r.weight for r in rows):
+        raise InputError(
+            f"the snapshot in {folder} holds no stack samples, so there is nothing to draw: "
+            "see sampling.errors in its summary.json, and take a longer window"
+        )
+    return rows
+
+
+def _pruned(frames: int, share: float, min_width: float, of: str) -> str:
+    if not frames:
+        return f"every frame drawn (none narrower than {100 * min_width:g}% of the width)"
+    return (
+        f"{frames:,} frames narrower than {100 * min_width:g}% of the width not drawn "
+        f"({100 * share:.2f}% of {of}); --min-width 0 draws them"
+    )

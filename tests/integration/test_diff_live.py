@@ -1,0 +1,99 @@
+"""`vllm-sidecar diff` on windows of the real vLLM: the same steady load twice, another workload,
+and a restart with another serving flag. Windows are taken as an operator takes them (the CLI,
+in segments) under a load generator running as a process of its own (devtools/diff_windows.py).
+
+The steady pair is judged at the diff's stated family-wise level (5 %); the rate measured on
+recorded steady pairs (tests/fixtures/diff, tests/unit/test_diff_recorded.py) is what bounds
+how often this test can fail by chance.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devtools.diff_windows import cli, take_windows
+from devtools.live_window import SERVER_ENV
+from devtools.server import VllmServer
+
+pytestmark = pytest.mark.integration
+
+WINDOW_S, SEGMENT_S = 24.0, 4.0  # six units a window
+
+
+@pytest.fixture(scope="module")
+def windows(
+    vllm_server: VllmServer, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, list[Path]]:
+    out = tmp_path_factory.mktemp("diff-live")
+    return {
+        "mixed": take_windows(vllm_server, "mixed", 2, out / "mixed", WINDOW_S, SEGMENT_S),
+        "prefill-heavy": take_windows(
+            vllm_server, "prefill-heavy", 1, out / "prefill", WINDOW_S, SEGMENT_S
+        ),
+    }
+
+
+def diff(*args: str | Path) -> tuple[int, Any]:
+    done = cli("diff", *(str(a) for a in args), "--format", "json")
+    assert done.returncode in (0, 10), done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def test_the_same_steady_load_twice_is_no_significant_change(
+    windows: dict[str, list[Path]],
+) -> None:
+    a, b = windows["mixed"]
+    code, out = diff(a, b, "--fail-on", "25%")
+    assert out["method"]["tested"] > 10
+    assert out["significant"] == [], out["verdict"]
+    assert out["fingerprint"] == []  # the same server
+    assert code == 0
+    assert str(out["verdict"][0]).startswith("No significant change")
+
+
+def test_long_prompts_raise_tokenisation_in_the_api_server_and_compute_in_the_worker(
+    windows: dict[str, list[Path]],
+) -> None:
+    _, out = diff(windows["mixed"][0], windows["prefill-heavy"][0])
+    found = {(c["role"], c["name"]): c for c in out["significant"]}
+    tokenise = found.get(("api_server", "input_processing"))
+    assert tokenise is not None and tokenise["change"] > 0, out["verdict"]
+    workload = out["b"]["workload"], out["a"]["workload"]
+    assert workload[0]["prompt_per_request"] > 2 * workload[1]["prompt_per_request"]
+    # the worker computes more of its time: forward and attention together
+    worker = [c for c in out["shares"] if c["role"] == "worker"
+              and c["name"] in ("forward", "attention")]  # fmt: skip
+    assert sum(c["change"] for c in worker) > 0
+    assert any(c["significant"] and c["change"] > 0 for c in worker), out["verdict"]
+    assert "api server input processing up" in " ".join(out["verdict"])
+
+
+@pytest.fixture
+def one_seq_server(tmp_path: Path, vllm_server: VllmServer) -> Iterator[VllmServer]:
+    """A second server with --max-num-seqs 1, once the session's is idle between tests: the
+    session's stays up (other tests use it); stopped here even when the test fails."""
+    server = VllmServer(log_path=tmp_path / "server.log", extra_env=SERVER_ENV,
+                        extra_args=("--max-num-seqs", "1"))  # fmt: skip
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_a_restart_with_another_flag_is_named_first_and_fails_the_gate(
+    windows: dict[str, list[Path]], one_seq_server: VllmServer, tmp_path: Path
+) -> None:
+    (after,) = take_windows(one_seq_server, "mixed", 1, tmp_path / "after", WINDOW_S, SEGMENT_S)
+    code, out = diff(windows["mixed"][0], after, "--fail-on", "10%")
+    changes = out["fingerprint"]
+    assert {"field": "max-num-seqs", "a": "default", "b": "1"} in changes
+    assert str(out["verdict"][0]).startswith("Ran differently: ")
+    assert "max-num-seqs default \u2192 1" in str(out["verdict"][0])
+    # one sequence at a time: no batching, so each generated token costs more CPU
+    assert code == 10 and out["regressions"], out["verdict"]
