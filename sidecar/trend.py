@@ -120,14 +120,19 @@ def select_series(rows: pd.DataFrame, patterns: Sequence[str]) -> list[str]:
 
 
 def fingerprint_changes(rows: pd.DataFrame) -> tuple[FingerprintChange, ...]:
-    """Each row whose fingerprint differs from the last known one ("" is unknown: a summary
-    of schema 1 or 2, or a fingerprint that could not be read, changes nothing)."""
+    """Each row whose fingerprint differs from the last known one. An unknown fingerprint ("":
+    a summary of schema 1 or 2, or one that could not be read) changes nothing, and neither
+    does a window that ran no attention (its backend unknown): the backend is carried over."""
     known = rows[rows["fingerprint"].fillna("") != ""]
-    digests = known["fingerprint"].to_numpy()
-    at = np.flatnonzero(digests[1:] != digests[:-1]) + 1
+    read = known.get("attention_backend", pd.Series(None, index=known.index, dtype=object))
+    backend = read.astype(object).where(read.notna()).ffill().fillna("?").astype(str)
+    keys = (known["fingerprint"].astype(str) + "|" + backend).to_numpy()
+    at = np.flatnonzero(keys[1:] != keys[:-1]) + 1
+    filled = known.assign(attention_backend=backend)
     return tuple(
-        FingerprintChange(known.index[i], digests[i - 1], digests[i],
-                          _change_label(known.iloc[i - 1], known.iloc[i]))
+        FingerprintChange(known.index[i], str(known["fingerprint"].iloc[i - 1]),
+                          str(known["fingerprint"].iloc[i]),
+                          _change_label(filled.iloc[i - 1], filled.iloc[i]))
         for i in at
     )  # fmt: skip
 
@@ -252,7 +257,7 @@ def _change_label(before: pd.Series, after: pd.Series) -> str:
     parts = []
     for col, label in FINGERPRINT_FIELDS.items():
         was, now = _text(before.get(col)), _text(after.get(col))
-        if was == now:
+        if was == now or "?" in (was, now):  # unread on one side: not a change
             continue
         if col == "serving_flags":  # name the flags that changed, not the whole set
             a, b = _flags(was), _flags(now)

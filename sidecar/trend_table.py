@@ -98,12 +98,16 @@ def summary_row(summary: SnapshotSummary, name: str | None = None) -> dict[str, 
 
 
 def fingerprint_digest(fp: Fingerprint | None) -> str:
-    """A short stable digest of what the target ran; "" when unknown. `notes` (why a field is
-    missing) are left out: the same software read more or less completely is the same."""
+    """A short stable digest of what the target ran; "" when unknown. Left out: `notes` (why a
+    field is missing: the same software read more or less completely is the same) and
+    `attention_backend`, which is read from the window's stacks and so is None in a window
+    that ran no attention (an idle one): the digest would change with the load. The backend
+    has a column of its own, and `trend` compares it across idle windows."""
     if fp is None:
         return ""
     doc = to_jsonable(fp)
     doc.pop("notes", None)
+    doc.pop("attention_backend", None)
     canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 

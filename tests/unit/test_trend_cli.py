@@ -143,3 +143,27 @@ def test_a_change_of_serving_flags_is_labelled_by_the_flags_that_changed() -> No
     )  # fmt: skip
     (change,) = fingerprint_changes(rows)
     assert change.time == times[3] and change.label == "max_num_seqs 256 -> 512"
+
+
+def test_an_idle_window_without_an_attention_backend_is_no_fingerprint_change() -> None:
+    """The backend is read from the window's stacks: None when the window ran no attention."""
+    import pandas as pd
+
+    from sidecar.trend import fingerprint_changes
+
+    times = pd.date_range("2026-11-01", periods=5, freq="5min", tz="UTC")
+    rows = pd.DataFrame(
+        {"fingerprint": ["aaa"] * 5, "vllm": ["0.32.0"] * 5,
+         "attention_backend": ["CPU_ATTN", None, "CPU_ATTN", None, "FLASH_ATTN"]},
+        index=times,
+    )  # fmt: skip
+    (change,) = fingerprint_changes(rows)
+    assert change.time == times[4] and change.label == "attention CPU_ATTN -> FLASH_ATTN"
+
+
+def test_the_digest_leaves_out_the_attention_backend() -> None:
+    from sidecar.records.summary import Fingerprint
+    from sidecar.trend_table import fingerprint_digest
+
+    busy = Fingerprint(vllm="0.32.0", attention_backend="CPU_ATTN")
+    assert fingerprint_digest(busy) == fingerprint_digest(Fingerprint(vllm="0.32.0"))
