@@ -115,6 +115,8 @@ def select_series(rows: pd.DataFrame, patterns: Sequence[str]) -> list[str]:
                 f"--series {pattern!r} names no column: give one of {', '.join(SERVING)}, "
                 "share.<role>.<phase> or main.<role>.<phase> (patterns like share.worker.* work)"
             )
+        if len(matched) > 1:  # a pattern: leave out phases never seen (0 throughout)
+            matched = [c for c in matched if (numbers[c].fillna(0.0) != 0.0).any()]
         chosen += [c for c in matched if c in filled and c not in chosen]
     return chosen
 
