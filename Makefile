@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv vllm-env browser lint unit integration test demo bench soak noise record-diff validate-deploy schema clean
+.PHONY: venv vllm-env browser lint unit integration test demo bench bench-trend soak noise record-diff validate-deploy schema clean
 
 venv: $(STAMP)
 
@@ -66,3 +66,8 @@ validate-deploy:
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache out
+
+# Time `vllm-sidecar trend` over 30 days of replicated real snapshots (about 8,600 folders under
+# /tmp/trend-bench; a few minutes); the figures are in the README's "Trends over days".
+bench-trend: venv
+	$(BIN)/python benchmarks/trend.py

@@ -8,6 +8,7 @@ import sys
 import traceback
 from collections import Counter
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -356,6 +357,79 @@ def flamegraph(snapshot_dir: Path, other: Path | None, out: str | None, min_widt
         paths = draw(snapshot_dir, out, min_width / 100, exporter)
     for path in paths:
         click.echo(str(path))
+
+
+# ---------------------------------------------------------------------------------- trend
+
+
+@cli.command()
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option("--host", help="The host folder under OUT (needed when OUT holds several).")
+@click.option(
+    "--since",
+    default="7d",
+    show_default=True,
+    metavar="DURATION|TIME",
+    help="From this long before --until (7d, 12h), or from a UTC time (2026-11-20).",
+)
+@click.option(
+    "--until",
+    default=None,
+    metavar="DURATION|TIME",
+    help="Up to this long ago (1d), or a UTC time; default now.",
+)
+@click.option(
+    "--kind", type=click.Choice(["all", "snapshot", "baseline"]), default="all", show_default=True
+)
+@click.option(
+    "--series",
+    multiple=True,
+    metavar="COLUMN",
+    help="A column or pattern (share.worker.*, ttft_p95_s); repeat for more.",
+)
+@click.option("--plot", type=click.Path(path_type=Path), help="Also draw the trend into a PNG.")
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+def trend(out: Path, host: str | None, since: str, until: str | None, kind: str,
+          series: tuple[str, ...], plot: Path | None, fmt: str) -> None:  # fmt: skip
+    """Phase shares and serving figures over many snapshots, with their level changes."""
+    import time as _time
+
+    from sidecar.trend import TrendOptions, compute_trend, render_text, trend_json
+    from sidecar.trend_source import host_folder, load_table
+
+    end = _when(until, "--until", now=_time.time()) if until else None
+    start = _when(since, "--since", now=end.timestamp() if end else _time.time())
+    folder = host_folder(out, host)
+    table = load_table(folder, note=lambda line: click.echo(line, err=True))
+    options = TrendOptions(start=start, end=end, kind=kind, series=series)
+    result = compute_trend(table.to_pandas(), options, host=folder.name)
+    if plot is not None:
+        from sidecar.trend_plot import save_png, trend_figure
+
+        save_png(trend_figure(result), plot)
+        click.echo(f"plot: {plot}", err=True)
+    if fmt == "json":
+        click.echo(json.dumps(trend_json(result), indent=2))
+    else:
+        click.echo(render_text(result))
+
+
+def _when(text: str, flag: str, now: float) -> datetime:
+    """A duration back from `now` (7d, 12h, 90m) or a UTC time (2026-11-20, 2026-11-20T06:00)."""
+    try:
+        return datetime.fromtimestamp(now - units.SECONDS.parse(text), tz=UTC)
+    except units.Unfit:
+        pass
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise ConfigError(
+            f"{flag} {text!r} is neither a duration nor a time: give e.g. 7d, 12h or "
+            "2026-11-20T06:00 (UTC)"
+        ) from None
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
 
 # ---------------------------------------------------------------------------------- run, doctor

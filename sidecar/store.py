@@ -2,7 +2,9 @@
 and the disk-space policy. A full disk is data, not a crash (STYLE.md 7): a write that would
 leave less than `min_free`, or that the kernel refuses, is skipped with a reason and logged once
 per transition. Folders appear atomically, deletions rename to a hidden name first and the index
-is replaced atomically, so a reader only ever sees complete snapshots."""
+is replaced atomically, so a reader only ever sees complete snapshots. Each write also adds the
+snapshot's row to the trend table (`sidecar.trend_table`); a table that cannot be written costs
+no snapshot: `trend` rebuilds the rows it lacks from the summaries."""
 
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ MAX_GAPS = 100
 TS_FORMAT = "%Y%m%dT%H%M%SZ"
 # `write_snapshot` appends `-1`, `-2` to a taken name, so a baseline collision is `TS-baseline-1`.
 _NAME = re.compile(r"^(?P<ts>\d{8}T\d{6}Z)(?P<baseline>-baseline)?(?:-(?P<seq>\d+))?$")
+SNAPSHOT_NAME = _NAME  # what a complete snapshot folder is called (readers list folders by it)
 # What a killed process leaves: a writer's `.<name>.tmp-<pid>`, our `.<name>.del-<pid>`.
 _LEFTOVER = re.compile(r"^\..+\.(?:tmp|del)-(?P<pid>\d+)$")
 _SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
@@ -142,6 +145,7 @@ class SnapshotStore:
         self.snapshots_written = self.writes_skipped = self.deleted_total = 0
         self._failing: str | None = None  # the write failure last logged: each is logged once
         self._index_failing = False
+        self._table_failing = False
         self._entries = self._scan()
         self._estimate = self._entries[-1].bytes if self._entries else 0
         gaps = (self._read_index() or {}).get("gaps")
@@ -163,7 +167,29 @@ class SnapshotStore:
             except (OutputError, OSError) as exc:
                 return self._skipped(str(exc), space=_is_space_error(exc), deleted=deleted)
             self._added(path)
+            self._tabulate(snapshot, kind, path)
             return WriteOutcome(path, None, tuple(deleted))
+
+    def _tabulate(self, snapshot: Snapshot, kind: Kind, path: Path) -> None:
+        """Append the snapshot's row to the trend table; every `COMPACT_EVERY` rows, fold the
+        parts into the main file and drop the rows of folders deleted since."""
+        from sidecar.trend_table import COMPACT_EVERY, TableError, TrendTable, summary_row
+
+        table = TrendTable(self.dir)
+        try:
+            table.append(summary_row(snapshot.summary(kind.value), name=path.name))
+            if len(table.parts()) >= COMPACT_EVERY:
+                table.compact(keep={e.name for e in self._entries})
+        except (OSError, TableError) as exc:
+            if not self._table_failing:
+                log.warning("cannot update the trend table under %s (the snapshots are written; "
+                            "`vllm-sidecar trend` rebuilds its rows from them): %s",
+                            self.dir, exc)  # fmt: skip
+            self._table_failing = True
+            return
+        if self._table_failing:
+            log.info("updating the trend table under %s again", self.dir)
+        self._table_failing = False
 
     def record_gap(self, start_wall: float, end_wall: float | None, reason: str) -> None:
         """Note a time without snapshots (target down); a gap left open (`end_wall` None) is
@@ -185,7 +211,7 @@ class SnapshotStore:
         in a container the sidecar is PID 1 on every run); another live process's is kept."""
         removed: list[str] = []
         with self._lock:
-            for path in _children(self.dir):
+            for path in _children(self.dir) + _children(self.dir / ".table"):
                 m = _LEFTOVER.match(path.name)
                 pid = int(m["pid"]) if m else None
                 if pid is None or (pid != os.getpid() and _pid_alive(pid)):

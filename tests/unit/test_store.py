@@ -19,12 +19,14 @@ from sidecar.rules import load_rules
 from sidecar.sampler import Window
 from sidecar.snapshot import Snapshot, build_snapshot
 from sidecar.store import DiskState, Kind, Retention, SnapshotStore, check_writable
+from sidecar.trend_table import PARTS_DIR, TABLE_NAME
 
 HOST = "gpu-node-1"
 T0 = 1_780_000_000.0  # 2026-05-28T20:26:40Z
 DAY = 86_400.0
 NO_LIMITS = Retention(max_age_s=None, baseline_max_age_s=None, max_total_bytes=None,
                       min_free_bytes=0)  # fmt: skip
+TABLE_FILES = (PARTS_DIR, TABLE_NAME)
 DEAD_PID = 2**22 + 1  # above the kernel's largest pid_max: never a live process
 
 
@@ -76,7 +78,8 @@ def index(root: Path) -> dict[str, object]:
 
 
 def visible(root: Path) -> list[str]:
-    return sorted(p.name for p in (root / HOST).iterdir())
+    """The host folder's entries, less the trend table (tests/unit/test_trend_table.py)."""
+    return sorted(p.name for p in (root / HOST).iterdir() if p.name not in TABLE_FILES)
 
 
 # ---------------------------------------------------------------- layout, index, latest
@@ -96,7 +99,7 @@ def test_layout_kind_and_index(tmp_path: Path) -> None:
             "summary.json",
         ]
         assert json.loads((outcome.path / "summary.json").read_text())["kind"] == kind
-    sizes = sum(f.stat().st_size for f in (tmp_path / HOST).rglob("*") if f.parent.name != HOST)
+    sizes = sum(f.stat().st_size for f in (tmp_path / HOST).glob("2*/*"))  # the folders only
     newest = {
         "name": name(T0 + 60, "-baseline"),
         "kind": "baseline",
@@ -122,7 +125,7 @@ def test_index_is_replaced_not_rewritten_in_place(tmp_path: Path) -> None:
     before = (tmp_path / HOST / "index.json").stat().st_ino
     store.write(snapshot(), "snapshot")
     assert (tmp_path / HOST / "index.json").stat().st_ino != before  # a new file, renamed in
-    assert not [p for p in (tmp_path / HOST).iterdir() if p.name.startswith(".")]
+    assert not [p for p in visible(tmp_path) if p.startswith(".")]
 
 
 def test_latest_and_latest_baseline(tmp_path: Path) -> None:
