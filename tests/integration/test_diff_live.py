@@ -56,21 +56,24 @@ def test_the_same_steady_load_twice_is_no_significant_change(
     assert str(out["verdict"][0]).startswith("No significant change")
 
 
-def test_long_prompts_raise_tokenisation_in_the_api_server_and_compute_in_the_worker(
+def test_long_prompts_raise_compute_in_the_worker_and_the_workload_says_why(
     windows: dict[str, list[Path]],
 ) -> None:
-    _, out = diff(windows["mixed"][0], windows["prefill-heavy"][0])
+    """One window a side resolves the worker's compute; the API server's tokenisation rises
+    too, but at about 1 % of its samples it takes about three windows a side to be significant
+    on this tiny model (tests/unit/test_diff_recorded.py has that on the record)."""
+    code, out = diff(windows["mixed"][0], windows["prefill-heavy"][0], "--fail-on", "10%")
     found = {(c["role"], c["name"]): c for c in out["significant"]}
-    tokenise = found.get(("api_server", "input_processing"))
-    assert tokenise is not None and tokenise["change"] > 0, out["verdict"]
+    compute = found.get(("worker", "compute"))
+    assert compute is not None and compute["change"] > 0, out["verdict"]
+    assert "worker compute up" in " ".join(out["verdict"])
+    tokenise = next(c for c in out["shares"]
+                    if (c["role"], c["name"]) == ("api_server", "input_processing"))  # fmt: skip
+    assert tokenise["change"] > 0
     workload = out["b"]["workload"], out["a"]["workload"]
-    assert workload[0]["prompt_per_request"] > 2 * workload[1]["prompt_per_request"]
-    # the worker computes more of its time: forward and attention together
-    worker = [c for c in out["shares"] if c["role"] == "worker"
-              and c["name"] in ("forward", "attention")]  # fmt: skip
-    assert sum(c["change"] for c in worker) > 0
-    assert any(c["significant"] and c["change"] > 0 for c in worker), out["verdict"]
-    assert "api server input processing up" in " ".join(out["verdict"])
+    assert workload[0]["prompt_per_request"] > 1.5 * workload[1]["prompt_per_request"]
+    assert "prompt tokens per request" in out["workload_differs"]
+    assert code == 0  # different work, not a regression of the server
 
 
 @pytest.fixture
@@ -89,9 +92,12 @@ def one_seq_server(tmp_path: Path, vllm_server: VllmServer) -> Iterator[VllmServ
 def test_a_restart_with_another_flag_is_named_first_and_fails_the_gate(
     windows: dict[str, list[Path]], one_seq_server: VllmServer, tmp_path: Path
 ) -> None:
-    # a shorter window: under --max-num-seqs 1 the host is starved and py-spy's attaches slow
-    (after,) = take_windows(one_seq_server, "mixed", 1, tmp_path / "after", 12.0, SEGMENT_S)
-    code, out = diff(windows["mixed"][0], after, "--fail-on", "10%")
+    """Two windows a side (time ranges): the CPU costs and latencies are tested over windows."""
+    # shorter windows: under --max-num-seqs 1 the host is starved and py-spy's attaches slow
+    take_windows(one_seq_server, "mixed", 2, tmp_path / "after", 12.0, SEGMENT_S)
+    before = windows["mixed"][0].parent.parent  # both mixed windows of the first server
+    code, out = diff(f"{before}@..", f"{tmp_path / 'after'}@..", "--fail-on", "10%")
+    assert out["a"]["workload"]["windows"] == 2 and out["b"]["workload"]["windows"] == 2
     changes = out["fingerprint"]
     assert {"field": "max-num-seqs", "a": "default", "b": "1"} in changes
     assert str(out["verdict"][0]).startswith("Ran differently: ")
