@@ -419,17 +419,9 @@ def trend(out: Path, host: str | None, since: str, until: str | None, kind: str,
 def _when(text: str, flag: str, now: float) -> datetime:
     """A duration back from `now` (7d, 12h, 90m) or a UTC time (2026-11-20, 2026-11-20T06:00)."""
     try:
-        return datetime.fromtimestamp(now - units.SECONDS.parse(text), tz=UTC)
-    except units.Unfit:
-        pass
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        raise ConfigError(
-            f"{flag} {text!r} is neither a duration nor a time: give e.g. 7d, 12h or "
-            "2026-11-20T06:00 (UTC)"
-        ) from None
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+        return datetime.fromtimestamp(units.moment(text, now), tz=UTC)
+    except units.Unfit as exc:
+        raise ConfigError(f"{flag} {text!r} {exc}") from None
 
 
 # ---------------------------------------------------------------------------------- run, doctor

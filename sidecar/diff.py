@@ -19,7 +19,7 @@ from typing import Any
 
 from sidecar import units
 from sidecar.compare import Change, Comparison, Side, Workload, regressions
-from sidecar.errors import InputError
+from sidecar.errors import ConfigError, InputError
 from sidecar.pyspy import LATE_S
 from sidecar.records.summary import SnapshotSummary
 from sidecar.render import table
@@ -53,27 +53,16 @@ class Range:
 
 def parse_time(text: str, now: float) -> float:
     """An ISO date/time (UTC when it names no zone), or a duration ago: `2h`, `90m`, `7d`."""
-    text = text.strip()
     try:
-        return now - float(units.SECONDS.parse(text))
-    except units.Unfit:
-        pass
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise InputError(
-            f"cannot read the time {text!r}: give an ISO time (2026-11-30T14:00, UTC unless it "
-            "names a zone) or a duration ago (90m, 2h, 7d)"
-        ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
+        return units.moment(text, now)
+    except units.Unfit as exc:
+        raise ConfigError(f"the time {text!r} {exc}") from None
 
 
 def parse_range(text: str, now: float) -> Range:
     since, dots, until = text.partition("..")
     if not dots:
-        raise InputError(
+        raise ConfigError(
             f"cannot read the range {text!r}: write SINCE..UNTIL (either may be empty)"
         )
     return Range(

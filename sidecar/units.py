@@ -12,6 +12,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from os import PathLike, fspath
 from pathlib import Path
 from typing import Any
@@ -187,3 +188,19 @@ PID = Unit("pid", _pid, "give a process ID, e.g. 4242")
 URL = Unit("url", _url, "give an http(s) URL, e.g. http://127.0.0.1:8000/metrics")
 LOG_LEVEL = Unit("log level", _log_level, f"give one of {', '.join(LOG_LEVELS)}")
 LISTEN = Unit("listen address", _listen, FORMS)
+
+
+def moment(value: str, now: float) -> float:
+    """A point in time as Unix seconds: a duration back from `now` (90m, 12h, 7d) or an ISO
+    date or time (2026-11-20, 2026-11-20T06:00; UTC unless it names a zone)."""
+    try:
+        return now - float(SECONDS.parse(value))
+    except Unfit:
+        pass
+    try:
+        when = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise Unfit(
+            "is neither a duration nor a time: give e.g. 7d, 12h or 2026-11-20T06:00 (UTC)"
+        ) from None
+    return (when.replace(tzinfo=UTC) if when.tzinfo is None else when).timestamp()
