@@ -21,6 +21,7 @@ from sidecar.rules import load_rules
 from sidecar.sampler import Window
 from sidecar.snapshot import Snapshot, build_snapshot
 from sidecar.store import DiskState, Retention, SnapshotStore
+from sidecar.trend_table import PARTS_DIR, TABLE_NAME
 
 pytestmark = pytest.mark.integration
 
@@ -71,7 +72,13 @@ def fill(disk: Path, leave: int) -> Path:
 
 
 def assert_readers_see_only_complete_snapshots(host: Path, expected: list[str]) -> None:
-    assert sorted(p.name for p in host.iterdir()) == sorted([*expected, "index.json"])
+    """The snapshots, the index and the trend table (the store's own), nothing half-written:
+    no temporary folder, and no table part but of a snapshot that is there."""
+    names = [p.name for p in host.iterdir() if p.name not in (PARTS_DIR, TABLE_NAME)]
+    assert sorted(names) == sorted([*expected, "index.json"])
+    parts = sorted((host / PARTS_DIR).iterdir()) if (host / PARTS_DIR).is_dir() else []
+    assert not [p.name for p in parts if p.name.startswith(".")]
+    assert {p.name.removesuffix(".parquet") for p in parts} <= set(expected)
     for name in expected:
         files = sorted(p.name for p in (host / name).iterdir())
         assert files == ["stacks.collapsed", "stacks.parquet", "summary.json"]
