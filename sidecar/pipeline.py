@@ -73,11 +73,15 @@ def profile_window(
     """Sample `target` for `duration_s` and turn it into a snapshot, stage by stage."""
     started = readers.start(target)  # CPU times, the first /metrics scrape, the GPUs' start
     # Each segment's CPU per role and vLLM's counters too: the units `diff` compares.
-    sampler.laps = SegmentLaps(target.processes, readers.metrics, readers.scrape, readers.cpu)
+    # The first lap starts from the window's first scrape, and the window's figures end at the
+    # last lap's: a segment boundary costs one scrape, the window no extra one.
+    laps = SegmentLaps(target.processes, readers.metrics, readers.scrape, readers.cpu,
+                       first=started.scrape)  # fmt: skip
+    sampler.laps = laps
     # sample + parse: py-spy records a segment, its raw text is parsed as the segment ends
     # (the text lives in py-spy's temporary file), identical stacks are counted together.
     window = sampler.window(duration_s, stop)
-    readings = readers.finish(started, target, window)  # readings over the same window
+    readings = readers.finish(started, target, window, last=laps.last_scrape)  # the same window
     fingerprint = readers.fingerprint(target, window, readings, classifier.rules)
     # classify -> aggregate -> snapshot (also what recorded windows go through in the tests)
     return build_snapshot(window, target.processes, classifier, host, readings,
@@ -129,7 +133,15 @@ class WindowReaders:
         poller.start()
         return Started(scrape, pidmap, at_start, poller)
 
-    def finish(self, started: Started, target: Deployment, window: Window) -> Readings:
+    def finish(
+        self,
+        started: Started,
+        target: Deployment,
+        window: Window,
+        last: MetricsScrape | None = None,
+    ) -> Readings:
+        """The readings at the window's end; `last` is a good scrape taken as it ended (the
+        last segment's), else /metrics is scraped now."""
         utilization = started.poller.stop() if started.poller else ()
         gpu_end = self.gpu.read(started.pidmap) if self.gpu else None
         figures = self._gpu_figures(target, gpu_end, utilization)
@@ -139,7 +151,7 @@ class WindowReaders:
             gpu=gpu_end,
             gpu_figures=figures,
             gpu_util_start=_mean_util(started.gpu, figures),
-            serving=self._serving(started.scrape),
+            serving=self._serving(started.scrape, last),
         )
         return readings.with_kv_cache(self._kv_cache(target, readings, figures))
 
@@ -155,9 +167,10 @@ class WindowReaders:
             log.warning("fingerprint not read: %s", exc, exc_info=True)
             return Fingerprint(notes={"fingerprint": f"not read: {type(exc).__name__}: {exc}"})
 
-    def _serving(self, first: MetricsScrape | None) -> ServingFigures:
+    def _serving(self, first: MetricsScrape | None, last: MetricsScrape | None) -> ServingFigures:
         if first is not None and self.metrics is not None:
-            return serving_figures(first, self.scrape(self.metrics))
+            end = last if last is not None and last.ok else self.scrape(self.metrics)
+            return serving_figures(first, end)
         if self.metrics_unread is not None:
             return ServingFigures(reason=f"metrics not read: {self.metrics_unread}")
         return ServingFigures(reason="vLLM /metrics not read")
@@ -197,10 +210,17 @@ class SegmentLaps:
     scrape: Callable[[MetricsSource], MetricsScrape]
     cpu: Callable[[int], float | None]
     clock: Callable[[], float] = time.monotonic
+    first: MetricsScrape | None = None  # taken as the window opened: the first lap's start
     _last: tuple[float, dict[int, float], MetricsScrape | None] | None = None
+    _lapped: bool = False
 
     def start(self) -> None:
-        self._last = self._read()
+        self._last = self._read(self.first)
+
+    @property
+    def last_scrape(self) -> MetricsScrape | None:
+        """The scrape that ended the latest segment (None before the first lap)."""
+        return self._last[2] if self._lapped and self._last is not None else None
 
     def lap(self) -> dict[str, float]:
         now = self._read()
@@ -208,7 +228,7 @@ class SegmentLaps:
             self._last = now
             return {}
         (t0, cpu0, scrape0), (t1, cpu1, scrape1) = self._last, now
-        self._last = now
+        self._last, self._lapped = now, True
         out: dict[str, float] = {"span_s": t1 - t0}
         for p in self.processes:
             if p.pid in cpu0 and p.pid in cpu1:
@@ -224,9 +244,12 @@ class SegmentLaps:
                         out[key] = value
         return out
 
-    def _read(self) -> tuple[float, dict[int, float], MetricsScrape | None]:
+    def _read(
+        self, scrape: MetricsScrape | None = None
+    ) -> tuple[float, dict[int, float], MetricsScrape | None]:
         cpu = {p.pid: t for p in self.processes if (t := self.cpu(p.pid)) is not None}
-        scrape = self.scrape(self.metrics) if self.metrics is not None else None
+        if scrape is None and self.metrics is not None:
+            scrape = self.scrape(self.metrics)
         return self.clock(), cpu, scrape
 
 

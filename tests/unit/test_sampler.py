@@ -303,3 +303,30 @@ def test_the_runner_signals_with_os_kill_not_popen() -> None:
     PID, which only its own wait4 reaps."""
     calls = SubprocessPySpy("py-spy").calls
     assert calls.kill is os.kill and calls.wait4 is os.wait4
+
+
+def test_segment_laps_take_one_scrape_per_boundary_and_hand_the_last_to_the_window() -> None:
+    """The window's first scrape starts the first lap, and the last lap's ends the window: a
+    window of N segments costs N + 1 scrapes of /metrics, not N + 3."""
+    from sidecar.pipeline import SegmentLaps
+    from sidecar.records import ProcessInfo, Role
+    from sidecar.vllm_metrics import HttpMetricsSource, MetricsScrape, MetricsSource, parse_scrape
+
+    taken: list[float] = []
+
+    def scrape(_source: MetricsSource) -> MetricsScrape:
+        taken.append(len(taken) + 1.0)
+        return parse_scrape("vllm:generation_tokens_total 5\n", url="u", taken_at=taken[-1],
+                            wall=taken[-1])  # fmt: skip
+
+    first = parse_scrape("vllm:generation_tokens_total 0\n", url="u", taken_at=0.0, wall=0.0)
+    api = ProcessInfo(1, 1, 0, ("vllm",), "vllm", Role.API_SERVER)
+    ticks = iter([0.0, 5.0, 10.0])
+    laps = SegmentLaps((api,), HttpMetricsSource("http://127.0.0.1:1/metrics"), scrape,
+                       lambda pid: 1.0, clock=lambda: next(ticks), first=first)  # fmt: skip
+    laps.start()
+    assert taken == [] and laps.last_scrape is None
+    one, two = laps.lap(), laps.lap()
+    assert len(taken) == 2 and laps.last_scrape is not None and laps.last_scrape.taken_at == 2.0
+    assert one["span_s"] == 5.0 and one["generation_tokens"] == 5.0 and one["cpu_s.api_server"] == 0
+    assert two["generation_tokens"] == 0.0
