@@ -308,8 +308,6 @@ def fingerprint_changes(
         if f.name in ("notes", "serving"):
             continue
         va, vb = getattr(a, f.name), getattr(b, f.name)
-        if f.name == "serving":
-            continue
         if f.name == "attention_backend" and None in (va, vb):
             continue  # read from each window's stacks: None is "not seen" (an idle window)
         if va != vb and not (va in (None, ()) and vb in (None, ())):

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,12 +22,10 @@ from sidecar.errors import ConfigError, InputError
 from sidecar.pyspy import LATE_S
 from sidecar.records.summary import SnapshotSummary
 from sidecar.render import table
+from sidecar.store import Kind, parse_name
 from sidecar.summary_io import SUMMARY_NAME, read_summary
 
 log = logging.getLogger("vllm_sidecar")
-
-_FOLDER = re.compile(r"^(?P<ts>\d{8}T\d{6}Z)(?P<baseline>-baseline)?(?:-\d+)?$")
-_TS = "%Y%m%dT%H%M%SZ"
 
 
 # ---------------------------------------------------------------------------------- sides
@@ -111,10 +108,10 @@ def snapshot_folders(root: Path) -> list[tuple[Path, float, bool]]:
     out = []
     for parent in (root, *sorted(p for p in _children(root) if p.is_dir())):
         for folder in _children(parent):
-            m = _FOLDER.match(folder.name)
-            if m and (folder / SUMMARY_NAME).is_file():
-                t = datetime.strptime(m["ts"], _TS).replace(tzinfo=UTC).timestamp()
-                out.append((folder, t, bool(m["baseline"])))
+            named = parse_name(folder.name)
+            if named is not None and (folder / SUMMARY_NAME).is_file():
+                kind, started, _ = named
+                out.append((folder, started, kind is Kind.BASELINE))
     return sorted(out, key=lambda x: (x[1], x[0].name))
 
 
@@ -322,6 +319,3 @@ def _clean(v: float | None) -> float | None:
 
 def gate(c: Comparison, fail_on: float | None) -> tuple[Change, ...]:
     return regressions(c, fail_on) if fail_on is not None else ()
-
-
-Clock = Callable[[], float]

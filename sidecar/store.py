@@ -82,15 +82,11 @@ class StoredSnapshot:
 
     @classmethod
     def parse(cls, folder: Path) -> StoredSnapshot | None:
-        m = _NAME.match(folder.name)
-        if m is None:
+        named = parse_name(folder.name)
+        if named is None:
             return None
-        try:
-            started = datetime.strptime(m["ts"], TS_FORMAT).replace(tzinfo=UTC).timestamp()
-        except ValueError:
-            return None
-        kind = Kind.BASELINE if m["baseline"] else Kind.SNAPSHOT
-        return cls(folder, kind, started, int(m["seq"] or 0), _folder_bytes(folder))
+        kind, started, seq = named
+        return cls(folder, kind, started, seq, _folder_bytes(folder))
 
     @property
     def name(self) -> str:
@@ -102,6 +98,19 @@ class StoredSnapshot:
 
     def as_index(self) -> dict[str, str]:
         return {"name": self.name, "kind": self.kind.value, "created_at": self.created_at}
+
+
+def parse_name(name: str) -> tuple[Kind, float, int] | None:
+    """A snapshot folder's name -> (kind, window start in Unix seconds, collision suffix), or
+    None when it is no snapshot folder's name."""
+    m = _NAME.match(name)
+    if m is None:
+        return None
+    try:
+        started = datetime.strptime(m["ts"], TS_FORMAT).replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
+    return (Kind.BASELINE if m["baseline"] else Kind.SNAPSHOT), started, int(m["seq"] or 0)
 
 
 def check_writable(folder: Path) -> None:
