@@ -151,8 +151,9 @@ def verdict(c: Comparison, top: int = 6) -> list[str]:
     for label in c.mixed:
         lines.append(f"Note: {label.split(':')[0]} mixes windows of different fingerprints.")
     if c.mix_differs:
-        lines.append(f"The workload differs ({c.mix_differs}): costs per token and per request "
-                     "compare unlike work.")  # fmt: skip
+        lines.append(f"The workload differs ({c.mix_differs}): costs per token and per "
+                     "request and latencies compare unlike work, and --fail-on does not gate "
+                     "on them.")  # fmt: skip
     found = c.significant
     if not found:
         lines.append(
