@@ -92,7 +92,7 @@ def one_seq_server(tmp_path: Path, vllm_server: VllmServer) -> Iterator[VllmServ
         server.stop()
 
 
-def test_a_restart_with_another_flag_is_named_first_and_fails_the_gate(
+def test_a_restart_with_another_flag_is_named_first_and_costs_more(
     windows: dict[str, list[Path]], one_seq_server: VllmServer, tmp_path: Path
 ) -> None:
     """Two windows a side (time ranges): the CPU costs and latencies are tested over windows."""
@@ -105,5 +105,12 @@ def test_a_restart_with_another_flag_is_named_first_and_fails_the_gate(
     assert {"field": "max-num-seqs", "a": "default", "b": "1"} in changes
     assert str(out["verdict"][0]).startswith("Ran differently: ")
     assert "max-num-seqs default \u2192 1" in str(out["verdict"][0])
-    # one sequence at a time: no batching, so each generated token costs more CPU
-    assert code == 10 and out["regressions"], out["verdict"]
+    # One sequence at a time: no batching, so each generated token costs more CPU and requests
+    # queue for the one slot. Two windows a side show it in the estimates; the gate's exit 10
+    # is checked on the record (10 windows against 3, tests/unit/test_diff_recorded.py): with
+    # two a side Welch's degrees of freedom fall near 1 and the Bonferroni t quantile is in the
+    # hundreds, so the intervals are too wide to gate on (it failed on 1 run of 3 here).
+    cost = next(c for c in out["costs"] if (c["role"], c["name"]) == ("worker", "all"))
+    ttft = next(c for c in out["serving"] if c["name"] == "TTFT mean")
+    assert cost["change"] > 1.1 and ttft["change"] > 1.1, out["verdict"]
+    assert code in (0, 10)
