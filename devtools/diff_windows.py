@@ -34,10 +34,38 @@ def env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
 
 
+class SnapshotTimeout(RuntimeError):
+    """A CLI run outlived its time; the message has where it was (py-spy's dump of it)."""
+
+
 def cli(*args: str, timeout_s: float = 300.0) -> subprocess.CompletedProcess[str]:
-    """`vllm-sidecar ARGS` from this checkout."""
-    return subprocess.run([sys.executable, "-c", _CLI, *args], capture_output=True, text=True,
-                          env=env(), cwd=REPO, timeout=timeout_s, check=False)  # fmt: skip
+    """`vllm-sidecar ARGS` from this checkout. One that outlives TIMEOUT_S is dumped with
+    py-spy before it is killed, so a stuck run says where it was stuck."""
+    argv = [sys.executable, "-c", _CLI, *args]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=env(), cwd=REPO) as proc:  # fmt: skip
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            where = _dump(proc.pid)
+            proc.kill()
+            out, err = proc.communicate()
+            raise SnapshotTimeout(
+                f"`vllm-sidecar {' '.join(args)}` ran over {timeout_s:.0f} s. Its stderr:\n"
+                f"{err[-2000:]}\nWhere it was (py-spy dump):\n{where[-4000:]}"
+            ) from None
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def _dump(pid: int) -> str:
+    """py-spy's dump of PID and of its children (py-spy itself, if one is running)."""
+    spy = Path(sys.executable).with_name("py-spy")
+    done = subprocess.run([str(spy), "dump", "--nonblocking", "--subprocesses", "--pid",
+                           str(pid)], capture_output=True, text=True, timeout=60,
+                          check=False)  # fmt: skip
+    children = subprocess.run(["ps", "--ppid", str(pid), "-o", "pid,stat,etimes,args"],
+                              capture_output=True, text=True, check=False)  # fmt: skip
+    return f"{done.stdout}{done.stderr}\nits children:\n{children.stdout}"
 
 
 @contextlib.contextmanager

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -65,12 +66,20 @@ def take_snapshot(
     readers = WindowReaders(procfs=procfs, metrics=metrics, metrics_unread=unread,
                             gpu=open_gpu_reader(config.gpu),
                             host_procfs=host_procfs(config.target.host_proc))  # fmt: skip
+    began = time.monotonic()
     try:
         snap = profile_window(target, sampler, Classifier(rules), readers, options.duration_s)
     finally:
         if readers.gpu:
             readers.gpu.close()
     folder = write_snapshot(snap, options.out)
+    if progress is not None:  # where a slow window's time went, for the operator
+        w = snap.window
+        progress(
+            f"sampled {w.duration_s:.1f} s in {w.segments} segments over {w.elapsed_s:.1f} s "
+            f"(py-spy attach {w.attach_s:.1f} s); read, classified and written in "
+            f"{time.monotonic() - began - w.elapsed_s:.1f} s"
+        )
     if snap.window.partial:
         log.warning("partial window: %s", snap.window.partial_reason)
     return folder, snap.summary()

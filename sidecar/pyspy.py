@@ -61,6 +61,9 @@ class RecordRequest:
     blocking: bool = False  # py-spy --nonblocking by default: never pause vLLM
     native: bool = False
     idle: bool = True  # idle threads are a phase of their own, not noise
+    # How long py-spy may take to say it is sampling before it is stopped: the sampler gives a
+    # segment what is left of its window's own grace, so slow attaches cannot add up.
+    attach_grace_s: float = ATTACH_GRACE_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +166,7 @@ class SubprocessPySpy:
             watch = _OutputWatch(
                 proc, None if notify is None else lambda at: notify(request, at - started)
             )
-            ended = self._wait(proc, watch, started, request.duration_s, stop)
+            ended = self._wait(proc, watch, started, request, stop)
             watch.join()
             output = watch.text()
             raw = out.read_text(errors="replace") if out.exists() else ""
@@ -217,7 +220,7 @@ class SubprocessPySpy:
         proc: subprocess.Popen[bytes],
         watch: _OutputWatch,
         started: float,
-        duration_s: float,
+        request: RecordRequest,
         stop: Callable[[], bool],
     ) -> Exit:
         """Wait for py-spy and SIGINT it once it has *sampled* for `duration_s`: attaching to
@@ -226,7 +229,9 @@ class SubprocessPySpy:
 
         def deadline() -> float:
             since = watch.sampling_since
-            return since + duration_s if since else started + duration_s + ATTACH_GRACE_S
+            if since:
+                return since + request.duration_s
+            return started + request.duration_s + request.attach_grace_s
 
         exit_ = wait_for_exit(proc.pid, deadline, stop, self.poll_s, self.kill_grace_s,
                               self.calls, reaped_code=lambda: proc.returncode)  # fmt: skip

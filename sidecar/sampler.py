@@ -25,6 +25,11 @@ from sidecar.pyspy import (
 )
 from sidecar.records import StackSample
 
+# The least a segment waits for py-spy to attach, even when the window's grace is spent.
+MIN_ATTACH_S = 2.0
+# Attaches that add up to this share of the sampled time earn the window a warning.
+SLOW_ATTACH_SHARE = 0.25
+
 
 class Lap(Protocol):
     """Readings taken at each segment's boundaries (CPU times, vLLM's counters): `start` before
@@ -67,6 +72,8 @@ class Window:
     # Each segment's own counts, in order: contiguous stretches of samples, the units that the
     # comparison of two windows estimates its variance from (`stacks` is their sum).
     blocks: tuple[Segment, ...] = ()
+    attach_s: float = 0.0  # py-spy's attach time, all segments together: not in `duration_s`
+    elapsed_s: float = 0.0  # wall time the window took, attaches included
 
 
 @dataclass
@@ -113,7 +120,8 @@ class Sampler:
     def window(self, duration_s: float, stop: Callable[[], bool] = lambda: False) -> Window:
         started_at, start = self.wall_clock(), self.clock()
         counts: Counter[StackSample] = Counter()
-        totals = {"samples": 0, "errors": 0, "cpu": 0.0, "segments": 0, "behind": 0.0}
+        totals = {"samples": 0, "errors": 0, "cpu": 0.0, "segments": 0, "behind": 0.0,
+                  "attach": 0.0, "attach_max": 0.0}  # fmt: skip
         rates: list[float] = []
         blocks: list[Segment] = []
         warnings: list[str] = []
@@ -124,7 +132,11 @@ class Sampler:
         if self.laps is not None:
             self.laps.start()
         while (left := duration_s - sampled) > 0.05 and self.clock() < give_up and not stop():
-            outcome = self._segment(min(left, self.segment_s), stop, first=not totals["segments"])
+            # A segment may wait for py-spy to attach only as long as the window's grace has left
+            # (at least MIN_ATTACH_S): a host slow to attach ends the window partial, in time.
+            grace = min(max(give_up - self.clock(), MIN_ATTACH_S), ATTACH_GRACE_S)
+            outcome = self._segment(min(left, self.segment_s), stop, grace,
+                                    first=not totals["segments"])  # fmt: skip
             sampled += outcome.wall_s
             rates.append(self.controller.rate_hz)
             segment = _add(counts, outcome, totals, warnings)
@@ -142,6 +154,14 @@ class Sampler:
                 f"py-spy fell {totals['behind']:.1f} s behind (starved of CPU) and took the missed "
                 "samples in a burst when it ran again: shares lean towards what followed the "
                 "stall. Lower the rate, or raise the sidecar's CPU weight (systemd: CPUWeight=)"
+            )
+        elapsed = self.clock() - start
+        if totals["attach"] >= SLOW_ATTACH_SHARE * max(sampled, 1.0):
+            warnings.append(
+                f"py-spy took {totals['attach']:.1f} s to attach over {totals['segments']:.0f} "
+                f"segments (the longest {totals['attach_max']:.1f} s): {sampled:.0f} s of "
+                f"samples took {elapsed:.0f} s. The host is short of CPU; longer segments "
+                "(--segment, sampling.segment_s) attach less often"
             )
         if reason is None and totals["samples"] == 0:
             reason = "no samples: py-spy did not attach within the window (a loaded host?)"
@@ -161,10 +181,15 @@ class Sampler:
             behind_s=float(totals["behind"]),
             sampler_failure=reason if failed else None,
             blocks=tuple(b for b in blocks if b.counts),
+            attach_s=float(totals["attach"]),
+            elapsed_s=elapsed,
         )
 
-    def _segment(self, seconds: float, stop: Callable[[], bool], first: bool) -> RecordOutcome:
-        request = RecordRequest(pid=self.pid, rate_hz=self.controller.rate_hz, duration_s=seconds)
+    def _segment(
+        self, seconds: float, stop: Callable[[], bool], attach_grace_s: float, first: bool
+    ) -> RecordOutcome:
+        request = RecordRequest(pid=self.pid, rate_hz=self.controller.rate_hz, duration_s=seconds,
+                                attach_grace_s=attach_grace_s)  # fmt: skip
         outcome = self.runner.record(request, stop)
         refused = outcome.returncode != 0 and outcome.killed_after_s is None
         if first and self.fail_fast and refused and not outcome.raw:
@@ -194,6 +219,8 @@ def _add(
     totals["cpu"] += outcome.cpu_s
     totals["segments"] += 1
     totals["behind"] = max(totals["behind"], outcome.behind_s)
+    totals["attach"] += outcome.attach_s
+    totals["attach_max"] = max(totals["attach_max"], outcome.attach_s)
     warnings.extend(parsed.warnings[:5])
     return Segment(outcome.wall_s, dict(segment))
 

@@ -124,6 +124,56 @@ def test_stop_cuts_the_window_and_says_why() -> None:
     assert "signal" in (window.partial_reason or "")
 
 
+def slow(attach_s: float, sampled: bool = True):  # type: ignore[no-untyped-def]
+    """A segment whose py-spy took ATTACH_S to attach (the clock moves by that too); one that
+    never attached (`sampled=False`) is stopped at its grace and reports it as its wall time."""
+
+    def make(request: RecordRequest) -> RecordOutcome:
+        if not sampled:
+            return RecordOutcome("", -2, "", None, None, 0.0,
+                                 request.duration_s + request.attach_grace_s, False,
+                                 attach_s=request.attach_grace_s)  # fmt: skip
+        return replace(ok()(request), attach_s=attach_s)
+
+    return make
+
+
+@dataclass
+class SlowRunner(RecordedRunner):
+    def record(self, request: RecordRequest, stop: Callable[[], bool]) -> RecordOutcome:
+        outcome = super().record(request, stop)
+        self.clock.now += outcome.attach_s
+        return outcome
+
+
+def test_slow_attaches_cannot_stretch_a_window_past_its_grace() -> None:
+    """Each segment's attach may use only what is left of the window's grace (30 s): attaches
+    of 12 s each end the window partial, within duration + grace + one last short wait."""
+    clock = FakeClock()
+    runner = SlowRunner(clock, [slow(12.0), slow(12.0), slow(0.0, sampled=False), ok()])
+    s = Sampler(runner=runner, pid=8915, controller=RateController(rate_hz=5.0), segment_s=5.0,
+                clock=clock, wall_clock=lambda: 1_780_000_000.0)  # fmt: skip
+    window = s.window(20.0)
+    graces = [r.attach_grace_s for r in runner.requests]
+    # 50 s of window + grace from t=0: 33 s left after the first segment (capped at 30), 16 s
+    # after the second; the third never attaches and is stopped when those 16 s are spent.
+    assert graces == [30.0, 30.0, 16.0]
+    assert window.partial and window.sampler_failure and window.segments == 3
+    assert window.elapsed_s == 55.0  # duration + grace + the last segment's 5 s
+    assert window.attach_s == 12.0 + 12.0 + 16.0
+    assert any("py-spy took" in w and "--segment" in w for w in window.warnings)
+
+
+def test_quick_attaches_earn_no_warning_and_are_counted() -> None:
+    clock = FakeClock()
+    runner = SlowRunner(clock, [slow(0.5), slow(0.5)])
+    s = Sampler(runner=runner, pid=8915, controller=RateController(rate_hz=5.0), segment_s=5.0,
+                clock=clock, wall_clock=lambda: 1_780_000_000.0)  # fmt: skip
+    window = s.window(10.0)
+    assert window.attach_s == 1.0 and window.elapsed_s == 11.0
+    assert not window.partial and not any("attach" in w for w in window.warnings)
+
+
 def test_lateness_is_recorded() -> None:
     s, _ = sampler([ok(behind=0.4), ok(behind=1.25)])
     assert s.window(10.0).behind_s == 1.25
