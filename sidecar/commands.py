@@ -48,7 +48,7 @@ def take_snapshot(
     if progress is not None:
         say = progress
         runner = replace(runner, on_sampling=lambda r, attach_s: say(
-            f"{SAMPLING_LINE} {r.pid} for {r.duration_s:g} s at {whole_rate(r.rate_hz)} Hz "
+            f"{SAMPLING_LINE} {r.pid} for {r.duration_s:.3g} s at {whole_rate(r.rate_hz)} Hz "
             f"(py-spy attached in {attach_s:.1f} s)"))  # fmt: skip
     budget = config.sampling.cpu_budget
     sampler = Sampler(
