@@ -29,6 +29,7 @@ from sidecar.sizes import format_bytes, format_pair, format_share
 
 ERRORS_ATTR = "data-page-errors"  # on <html>: how many script or load errors the page saw
 LOADED_ATTR = "data-page-loaded"  # on <html>: "1" once the load event ran
+BROKEN_ATTR = "data-page-broken-images"  # on <html> at load: images that did not decode
 SEVERITIES = ("critical", "warning", "info")
 NOT_MEASURED = "not measured"
 
@@ -417,7 +418,8 @@ def _colour(phase: str) -> str:
 # ------------------------------------------------------------------------------ style, script
 
 # Counts every script error and every resource that fails to load (a capture listener sees
-# those too) on <html>, so a headless browser's DOM dump says whether the page ran cleanly.
+# those too) on <html>, and at load the images that did not decode, so that a headless
+# browser's DOM dump says whether the page ran cleanly.
 _ERROR_SCRIPT = f"""
 (function () {{
   var root = document.documentElement;
@@ -431,7 +433,13 @@ _ERROR_SCRIPT = f"""
     note(e.message || ("failed to load " + (t && (t.src || t.href || t.tagName))));
   }}, true);
   window.addEventListener("unhandledrejection", function (e) {{ note("rejected: " + e.reason); }});
-  window.addEventListener("load", function () {{ root.setAttribute("{LOADED_ATTR}", "1"); }});
+  window.addEventListener("load", function () {{
+    var broken = Array.prototype.filter.call(document.images, function (img) {{
+      return !(img.complete && img.naturalWidth > 0);
+    }});
+    root.setAttribute("{BROKEN_ATTR}", String(broken.length));
+    root.setAttribute("{LOADED_ATTR}", "1");
+  }});
 }})();
 """
 
