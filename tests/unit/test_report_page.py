@@ -189,7 +189,8 @@ def test_phase_bars_print_each_roles_shares(kind: str) -> None:
     ]
     for role in roles:
         role_shares = shares[role.attrs["data-role"]]
-        expected = {p: f"{100 * v:.1f}%" for p, v in role_shares.items() if v}
+        expected = {p: "<0.1%" if v < 0.0005 else f"{100 * v:.1f}%"
+                    for p, v in role_shares.items() if v}  # fmt: skip
         printed = {tr.attrs["data-phase"]: cells(tr)[-1] for tr in role.find_all("tr")}
         assert printed == expected
         widths = [float(s.attrs["style"].split("width:")[1].split("%")[0])
