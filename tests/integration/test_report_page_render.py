@@ -25,7 +25,7 @@ from sidecar.flame_svg import PHASE_COLOURS
 from sidecar.report import profile_block
 from sidecar.report_page import BROKEN_ATTR, ERRORS_ATTR, LOADED_ATTR
 from sidecar.summary_io import read_summary
-from tests.unit.test_report_page import Node, cells, parse
+from tests.html_dom import Node, cells, parse
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "flame"
 BASELINE, LATEST = FIXTURES / "prefill-heavy", FIXTURES / "decode-heavy"
