@@ -279,3 +279,18 @@ def test_cli_writes_the_page_and_refuses_what_does_not_fit(
     assert main(["report", str(tmp_path / "nowhere"), "--format", "html"]) == 3
     assert "name a snapshot folder or the daemon's output folder" in capsys.readouterr().err
     assert main(["report", str(tmp_path), "--format", "html"]) == 3  # no snapshots in it
+
+
+def test_an_output_folder_of_several_hosts_needs_host(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    shutil.copytree(PREFILL, out / "host-a" / "20261201T141054Z")
+    shutil.copytree(DECODE, out / "host-b" / "20261201T141110Z")
+    page = tmp_path / "b.html"
+    assert main(["report", str(out), "--format", "html", "-o", str(page)]) == 3
+    assert "holds several hosts: pick one with --host (host-a, host-b)" in capsys.readouterr().err
+    assert main(["report", str(out), "--format", "html", "--host", "host-b", "-o", str(page)]) == 0
+    dom = parse(page.read_text())
+    assert dom.find("title").all_text() == "vllm-sidecar report: 20261201T141110Z"
+    assert "holds 0 baselines and 1 snapshots" in dom.find("section", id="diff").all_text()
