@@ -243,21 +243,54 @@ def _snapshot_settings(ctx: click.Context) -> tuple[Config, SnapshotOptions]:
 
 
 @cli.command()
-@click.argument("snapshot_dir", type=click.Path(path_type=Path))
+@click.argument("snapshot_dir", metavar="SNAPSHOT|OUT", type=click.Path(path_type=Path))
 @click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json", "html"]),
+    default="text",
+    show_default=True,
+    help="html: one self-contained page (findings, phase bars, memory, the flame graph; for an "
+    "output folder also the trend plot and the diff against the latest baseline).",
 )
-def report(snapshot_dir: Path, fmt: str) -> None:
-    """Print the profile of one snapshot: memory, computation time, throughput, breakdowns."""
+@click.option(
+    "--out",
+    "-o",
+    "out",
+    type=click.Path(path_type=Path),
+    help="The page's file (--format html) [default: report-<snapshot>.html].",
+)
+@click.option("--host", help="The host folder under OUT (needed when OUT holds several).")
+def report(snapshot_dir: Path, fmt: str, out: Path | None, host: str | None) -> None:
+    """Print the profile of one snapshot: memory, computation time, throughput, breakdowns.
+    With --format html, SNAPSHOT may be an output folder: its latest snapshot is shown."""
     from sidecar.report import render, report_data
     from sidecar.summary_io import read_summary
     from sidecar.writers import to_jsonable
 
+    if fmt == "html":
+        _report_page(snapshot_dir, out, host)
+        return
+    if out is not None or host is not None:
+        raise ConfigError("--out and --host go with --format html")
     summary = read_summary(snapshot_dir)
     if fmt == "json":
         click.echo(json.dumps(to_jsonable(report_data(summary)), indent=2))
     else:
         click.echo(render(summary))
+
+
+def _report_page(path: Path, out: Path | None, host: str | None) -> None:
+    from importlib.metadata import version
+
+    from sidecar.report_page import render_page
+    from sidecar.report_page_io import default_name, page_inputs, write_page
+
+    generator = f"vllm-sidecar {version('vllm-sidecar')}"
+    inputs = page_inputs(path, host, generator, note=lambda line: click.echo(line, err=True))
+    target = out or default_name(inputs)
+    write_page(render_page(inputs), target)
+    click.echo(str(target))
 
 
 # ---------------------------------------------------------------------------------- diff

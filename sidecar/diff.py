@@ -230,6 +230,24 @@ def caveats(c: Comparison) -> list[str]:
     return out
 
 
+SIGNIFICANT_HEADERS = ("what", "role", "figure", "A", "B", "change", "interval", "")
+_KIND_WORDS = {"share": "phase share", "cores": "CPU cores", "cost": "CPU s / 1k tokens",
+               "serving": "serving"}  # fmt: skip
+
+
+def significant_rows(c: Comparison) -> list[list[str]]:
+    """The significant changes, largest first, as the text tables print each kind (shares in
+    %, a change in pp; CPU figures and serving figures with B/A): SIGNIFICANT_HEADERS' cells."""
+    rows = []
+    for ch in c.significant:
+        if ch.kind == "share":
+            cells = _share_row(ch)
+        else:
+            cells = _ratio_row(ch, ch.role or "", "{:.4g}" if ch.kind == "serving" else "{:.3f}")
+        rows.append([_KIND_WORDS.get(ch.kind, ch.kind), *cells])
+    return rows
+
+
 def _workload_rows(a: Workload, b: Workload) -> list[list[str]]:
     def f(v: float | None, fmt: str = "{:.0f}") -> str:
         return "-" if v is None else fmt.format(v)

@@ -130,32 +130,44 @@ def output_prefix(out: str | None, default_name: str) -> Path:
 
 def draw(snapshot: Path, out: str | None, min_width: float, exporter: str) -> list[Path]:
     """The flame graph of SNAPSHOT: <prefix>.svg and <prefix>.speedscope.json."""
-    from sidecar.flame import build_tree, layout, speedscope
-    from sidecar.flame_svg import Heading, render_svg
+    from sidecar.flame import speedscope
 
     rows = _nonempty(read_stack_rows(snapshot), snapshot)
     snapshot = snapshot.resolve()  # `flamegraph .` is named after the folder
-    tree = build_tree(rows)
-    shape = layout(tree, min_width)
-    roles = ", ".join(f"{r.name} {100 * r.value / tree.value:.1f}%" for r in tree.children)
-    heading = Heading(
-        f"Flame graph: {snapshot.name}",
-        (
-            f"{tree.value:,} samples ({roles}); width: samples; colour: the phase most of a "
-            "frame's samples were classified as",
-            _pruned(shape.hidden_frames, shape.hidden_share, min_width, "samples"),
-        ),
-    )
+    text = plain_svg(rows, snapshot.name, min_width)
     prefix = output_prefix(out, f"flame-{snapshot.name}")
     svg, ss = (
         prefix.with_name(prefix.name + ".svg"),
         prefix.with_name(prefix.name + ".speedscope.json"),
     )
     document = speedscope(rows, snapshot.name, exporter)
-    write_files(
-        [(svg, render_svg(shape, heading)), (ss, json.dumps(document, separators=(",", ":")))]
-    )
+    write_files([(svg, text), (ss, json.dumps(document, separators=(",", ":")))])
     return [svg, ss]
+
+
+def snapshot_svg(snapshot: Path, min_width: float) -> str:
+    """The flame graph of SNAPSHOT as SVG text (what `draw` writes; the HTML page embeds it)."""
+    rows = _nonempty(read_stack_rows(snapshot), snapshot)
+    return plain_svg(rows, snapshot.resolve().name, min_width)
+
+
+def plain_svg(rows: tuple[StackRow, ...], name: str, min_width: float) -> str:
+    """The plain graph of ROWS, headed with NAME, its samples per role and what was pruned."""
+    from sidecar.flame import build_tree, layout
+    from sidecar.flame_svg import Heading, render_svg
+
+    tree = build_tree(rows)
+    shape = layout(tree, min_width)
+    roles = ", ".join(f"{r.name} {100 * r.value / tree.value:.1f}%" for r in tree.children)
+    heading = Heading(
+        f"Flame graph: {name}",
+        (
+            f"{tree.value:,} samples ({roles}); width: samples; colour: the phase most of a "
+            "frame's samples were classified as",
+            _pruned(shape.hidden_frames, shape.hidden_share, min_width, "samples"),
+        ),
+    )
+    return render_svg(shape, heading)
 
 
 def draw_diff(before: Path, after: Path, out: str | None, min_width: float) -> list[Path]:

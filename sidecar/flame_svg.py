@@ -86,6 +86,12 @@ def render_diff_svg(layout: Layout, heading: Heading) -> str:
     return _document(layout, heading, legend, fill, lambda b: _diff_title(b, root))
 
 
+def inline(svg: str) -> str:
+    """SVG as an HTML page embeds it: the element alone, without the XML declaration (its
+    style and script are scoped to the graph's root, so they keep to it in the page)."""
+    return svg.partition("?>")[2].lstrip() if svg.startswith("<?xml") else svg
+
+
 # ---------------------------------------------------------------------------------- document
 
 
@@ -107,7 +113,7 @@ def _document(
     )
     return f"""<?xml version="1.0" standalone="no"?>
 <svg version="1.1" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" \
-viewBox="0 0 {WIDTH} {height}" data-pad="{PAD}" data-font="{FONT}">
+viewBox="0 0 {WIDTH} {height}" class="flamegraph" data-pad="{PAD}" data-font="{FONT}">
 <style>{_STYLE}</style>
 <rect class="background" x="0" y="0" width="{WIDTH}" height="{height}" fill="#fdfdfd"/>
 <text id="title" x="{WIDTH / 2}" y="22" text-anchor="middle">{escape(heading.title)}</text>
@@ -251,32 +257,39 @@ def _pct(value: int, root: FlameNode) -> str:
 
 # ---------------------------------------------------------------------------- style, script
 
+# Scoped to the graph's root, so that the rules stay inside it when a page embeds the SVG inline
+# (`vllm-sidecar report --format html`).
 _STYLE = """
-text { font-family: Verdana, "DejaVu Sans", sans-serif; font-size: 12px; fill: #000; }
-#title { font-size: 17px; }
-text.sub { fill: #444; }
-.control { cursor: pointer; fill: #1f4e9c; }
-.control.active { fill: rgb(230,0,230); }
-.hide { display: none; }
-g.frame { cursor: pointer; }
-g.frame text { pointer-events: none; }
-g.frame:hover rect { stroke: #000; stroke-width: 0.7; }
-g.frame.match rect { fill: rgb(230,0,230); }
-g.frame.parent { opacity: 0.55; }
-#details, #matched { fill: #222; }
+svg.flamegraph text { font-family: Verdana, "DejaVu Sans", sans-serif; font-size: 12px;
+  fill: #000; }
+svg.flamegraph #title { font-size: 17px; }
+svg.flamegraph text.sub { fill: #444; }
+svg.flamegraph .control { cursor: pointer; fill: #1f4e9c; }
+svg.flamegraph .control.active { fill: rgb(230,0,230); }
+svg.flamegraph .hide { display: none; }
+svg.flamegraph g.frame { cursor: pointer; }
+svg.flamegraph g.frame text { pointer-events: none; }
+svg.flamegraph g.frame:hover rect { stroke: #000; stroke-width: 0.7; }
+svg.flamegraph g.frame.match rect { fill: rgb(230,0,230); }
+svg.flamegraph g.frame.parent { opacity: 0.55; }
+svg.flamegraph #details, svg.flamegraph #matched { fill: #222; }
 """
 
 # flamegraph.pl's interactions, rewritten small: zoom by click, search by regular expression.
 _SCRIPT = r"""
 (function () {
   "use strict";
-  var svg = document.documentElement;
+  // The graph's own root: the document in a standalone file, the <svg> element in a page that
+  // embeds it inline (then the page keeps Ctrl-F and its URL parameters).
+  var me = document.currentScript;
+  var svg = (me && me.ownerSVGElement) || document.documentElement;
+  var standalone = svg === document.documentElement;
   var PAD = +svg.getAttribute("data-pad"), CHAR = +svg.getAttribute("data-font") * 0.59;
   var AVAIL = +svg.getAttribute("width") - 2 * PAD, GAP = 0.5, EPS = 1e-7;
-  var frames = Array.prototype.slice.call(document.querySelectorAll("g.frame"));
-  var details = document.getElementById("details"), matched = document.getElementById("matched");
-  var unzoomButton = document.getElementById("unzoom");
-  var searchButton = document.getElementById("search");
+  var frames = Array.prototype.slice.call(svg.querySelectorAll("g.frame"));
+  var details = svg.querySelector("#details"), matched = svg.querySelector("#matched");
+  var unzoomButton = svg.querySelector("#unzoom");
+  var searchButton = svg.querySelector("#search");
   var term = null;
 
   function num(g, key) { return parseFloat(g.getAttribute("data-" + key)); }
@@ -366,6 +379,7 @@ _SCRIPT = r"""
   searchButton.addEventListener("click", function () {
     if (term === null) askSearch(); else resetSearch();
   });
+  if (!standalone) return;
   window.addEventListener("keydown", function (e) {
     if ((e.ctrlKey || e.metaKey) && (e.key === "f" || e.key === "F")) {
       e.preventDefault();

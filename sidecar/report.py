@@ -163,11 +163,21 @@ def _processes(s: SnapshotSummary) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------------- text
 
 
+def profile_block(s: SnapshotSummary) -> str:
+    """The `[Profile]` sections (memory, computation time, throughput, software): the text
+    report's head, which the HTML page shows as it is."""
+    return _profile_block(s, report_data(s))
+
+
+def _profile_block(s: SnapshotSummary, d: Mapping[str, Any]) -> str:
+    parts = [_render_memory(d["memory"], s.kv_cache), _render_computation(d["computation"]),
+             _render_throughput(d["throughput"]), _render_software(d["software"])]  # fmt: skip
+    return "\n".join(parts)
+
+
 def render(s: SnapshotSummary) -> str:
     d = report_data(s)
-    parts = [_render_memory(d["memory"], s.kv_cache), _render_computation(d["computation"]),
-             _render_throughput(d["throughput"]), _render_software(d["software"]), "",
-             "Memory breakdown:",
+    parts = [_profile_block(s, d), "", "Memory breakdown:",
              _render_processes(d["processes"], s.kv_cache), "",
              "Computation breakdown (share of each role's samples):", phase_table(s)]  # fmt: skip
     if s.main_thread:

@@ -9,6 +9,7 @@ markers), "points" (a series' line).
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -79,6 +80,14 @@ def save_png(fig: Figure, path: Path) -> None:
     fig.savefig(tmp, format="png", dpi=100)
     plt.close(fig)
     tmp.replace(path)
+
+
+def png_bytes(fig: Figure) -> bytes:
+    """The figure as PNG bytes, for a page that embeds it (a data: URI); the figure is closed."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    plt.close(fig)
+    return buffer.getvalue()
 
 
 def _key(trend: Trend) -> str:
