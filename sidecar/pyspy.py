@@ -9,7 +9,6 @@ real processes in tests/integration.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import math
 import os
 import re
@@ -43,7 +42,6 @@ _COUNTS = re.compile(r"Samples:\s*(\d+)\s+Errors:\s*(\d+)")
 # The lateness when py-spy cannot keep up (CPU starved); it then takes the missed samples in a
 # burst as soon as it runs again, so a late window over-weights what came after the stall.
 _BEHIND = re.compile(r"([\d.]+)s behind in sampling")
-_PR_SET_PDEATHSIG = 1  # prctl(2)
 LATE_S = 1.0  # py-spy reports lateness from 1 s on
 # How long py-spy may take to attach before the window is given up on (it then ends partial).
 ATTACH_GRACE_S = 30.0
@@ -192,7 +190,10 @@ class SubprocessPySpy:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                preexec_fn=_die_with_parent,
+                # No preexec_fn (a prctl(PR_SET_PDEATHSIG) used to run there): Python code
+                # between fork and exec can deadlock in a process with threads (the daemon has
+                # its exporter's and NVML poller's), and Popen then waits on the child forever.
+                # A py-spy whose sidecar was killed ends by itself: `--duration` (see _argv).
                 # Its own session: a terminal's Ctrl-C reaches the sidecar alone, which stops
                 # py-spy itself; and where the kernel groups sessions for scheduling
                 # (autogroup, outside systemd and containers) py-spy is not starved with them.
@@ -316,12 +317,6 @@ class _OutputWatch:
 def whole_rate(rate_hz: float) -> int:
     """The rate py-spy is given: whole samples per second, at least 1."""
     return max(1, round(rate_hz))
-
-
-def _die_with_parent() -> None:
-    """In the py-spy child, before exec: SIGTERM it when the sidecar dies (kill -9 included)."""
-    with contextlib.suppress(OSError, AttributeError):  # not Linux: --duration still ends it
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 # ---------------------------------------------------------------------------------- errors
