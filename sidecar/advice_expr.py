@@ -234,8 +234,9 @@ class _Parser:
             return Neg(operand)
         if token == "(":
             node = self.expr()
-            if self.take() != ")":
+            if self.peek() != ")":
                 raise ExprError(f"a `(` is not closed in {self.text!r}")
+            self.take()
             return node
         if token[0].isdigit() or token[0] == ".":
             return Num(float(token[:-1]) / 100 if token.endswith("%") else float(token))
