@@ -10,9 +10,9 @@
   unknown-stage samples are split by the window's prompt and generated token counts (an
   estimate). It answers "where did the worker's compute go?".
 
-In one demo run the first read prefill 6 % / decode 94 % and the second prefill 77 % / decode
-23 %: a batch of long prompts costs most of the compute, yet each request spends most of its life
-in decode, sharing steps with the others.
+On a recorded `mixed` window (tests/fixtures/diff/steady-mixed) the first reads prefill 6 % /
+decode 94 % and the second prefill 80 % / decode 20 %: the prompts cost most of the compute, yet
+each request spends most of its life in decode, sharing steps with the others.
 """
 
 from __future__ import annotations

@@ -329,3 +329,19 @@ def test_exporter_has_one_gauge_per_active_finding() -> None:
     state.update_snapshot(healthy, "snapshot", None, findings(healthy))
     families = {m.name: m for m in SidecarCollector(state).collect()}
     assert "vllm_sidecar_finding" not in families  # gone, not 0: absent() and alerts expect that
+
+
+def test_the_config_names_the_operators_rules_and_a_broken_file_fails_the_load(
+    tmp_path: Path,
+) -> None:
+    from sidecar.config import load_config
+
+    mine = tmp_path / "advice.yaml"
+    mine.write_text(RULE)
+    config = tmp_path / "sidecar.yaml"
+    config.write_text(f"advice: {mine}\n")
+    assert load_config(config, environ={}).advice == mine
+    assert load_config(None, environ={"VLLM_SIDECAR_ADVICE": str(mine)}).advice == mine
+    mine.write_text(RULE.replace("severity: warning", "severity: dire"))
+    with pytest.raises(ConfigError, match=r"^advice: .*rule 'my-rule': severity 'dire'"):
+        load_config(config, environ={})
