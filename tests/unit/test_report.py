@@ -180,3 +180,23 @@ def test_an_idle_window_says_no_request_finished_not_that_metrics_were_unread() 
     text = render(s)
     assert "- Prefill/Decoding: not measured (no request finished during the window" in text
     assert "/metrics not read" not in text
+
+
+def test_the_two_prefill_decode_figures_side_by_side() -> None:
+    """vLLM's time per request (what a request waits) beside the worker's model-step split
+    (where compute went), on a recorded `mixed` window: 6 % / 94 % against 80 % / 20 %."""
+    from sidecar.summary_io import read_summary
+
+    s = read_summary(FIXTURES / "diff" / "steady-mixed" / "20261201T144454Z")
+    block = render(s).split("[Profile] Computation Time:\n", 1)[1].split("[Profile]", 1)[0]
+    lines = block.splitlines()
+    assert lines[0] == "- Prefill: 44ms (6%)    | model steps 80% (estimate)"
+    assert lines[1] == "- Decoding: 726ms (94%) | model steps 20% (estimate)"
+    comp = report_data(s)["computation"]
+    assert comp["answers"].startswith("how long a request waits in each")
+    assert comp["model_steps"]["answers"] == "where the worker's compute went"
+    assert comp["model_steps"]["prefill_share"] == pytest.approx(90738 / (90738 + 23284))
+    # Stages the stack could tell (V0's decode graphs, FlashInfer's wrappers): no estimate.
+    known = replace(s, stages={"prefill": 30, "decode": 70, "unknown": 0})
+    lines = render(known).split("[Profile] Computation Time:\n", 1)[1].splitlines()
+    assert lines[0].endswith("| model steps 30%") and "estimate" not in lines[3]
