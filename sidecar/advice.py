@@ -18,6 +18,7 @@ from sidecar.advice_expr import names
 from sidecar.advice_figures import Figures, figures_of
 from sidecar.advice_rules import AdviceRule, AdviceRules, Placeholder, Template, load_advice
 from sidecar.records.summary import SnapshotSummary
+from sidecar.sizes import format_bytes
 
 SEVERITY_ORDER = ("critical", "warning", "info")
 
@@ -123,8 +124,8 @@ def fmt_number(value: float, fmt: str) -> str:
         return f"{value:.2f} s" if abs(value) >= 1 else f"{1000 * value:.0f} ms"
     if fmt == "int":
         return f"{value:,.0f}"
-    if fmt == "gib":
-        return f"{value / 2**30:.1f} GiB"
+    if fmt == "bytes":
+        return format_bytes(value)
     if fmt == "cores":
         return f"{value:.2f} cores"
     if fmt == "x":

@@ -38,7 +38,7 @@ from sidecar.errors import ConfigError
 
 ADVICE_FILENAME = "advice.yaml"
 DOCS_PREFIX = "https://docs.vllm.ai/"
-FORMATS = ("num", "pct", "pct1", "s", "int", "gib", "cores", "x")
+FORMATS = ("num", "pct", "pct1", "s", "int", "bytes", "cores", "x")
 _ID = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 _DEFINE = re.compile(r"^[a-z][a-z0-9_]*$")
 _FLAG = re.compile(r"^--[a-z][a-z0-9-]*$")
