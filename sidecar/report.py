@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
-from sidecar.advice import evaluate, render_findings
+from sidecar.advice import Evaluation, evaluate, render_findings
 from sidecar.advice import to_json as findings_json
 from sidecar.advice_rules import AdviceRules
 from sidecar.computation import PER_REQUEST_QUESTION, SPLIT_HOW, STEP_QUESTION, step_split
@@ -30,13 +30,17 @@ STEP = ("forward", "attention", "prefill", "decode", "sampling")
 def report_data(s: SnapshotSummary, advice: AdviceRules | None = None) -> dict[str, Any]:
     """The report as data: what `--format json` prints and the text is rendered from.
     `advice`: the rules the findings come from (None: the packaged configs/advice.yaml)."""
+    return _data(s, evaluate(s, advice))
+
+
+def _data(s: SnapshotSummary, ev: Evaluation) -> dict[str, Any]:
     return {
         "snapshot": s.name,
         "schema": s.schema,
         "memory": _memory(s),
         "computation": _computation(s),
         "throughput": _throughput(s),
-        "findings": findings_json(evaluate(s, advice)),
+        "findings": findings_json(ev),
         "software": _software(s),
         "phases": {"by_role": s.by_role, "main_thread": s.main_thread},
         "stages": _stages(s),
@@ -179,8 +183,9 @@ def _processes(s: SnapshotSummary) -> list[dict[str, Any]]:
 
 
 def render(s: SnapshotSummary, advice: AdviceRules | None = None) -> str:
-    d = report_data(s)
-    findings = render_findings(evaluate(s, advice), gpu_host=s.gpu.available)
+    ev = evaluate(s, advice)
+    d = _data(s, ev)
+    findings = render_findings(ev, gpu_host=s.gpu.available)
     parts = [_render_memory(d["memory"], s.kv_cache), _render_computation(d["computation"]),
              _render_throughput(d["throughput"]), "\n".join(findings),
              _render_software(d["software"]), "",
