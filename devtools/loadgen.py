@@ -3,7 +3,9 @@
 Each named workload pushes the server into one serving phase, so a profile taken under it has a
 known expected shape: `prefill-heavy` (long prompts, 1-2 new tokens), `decode-heavy` (short
 prompts, 128 tokens with `ignore_eos` so lengths do not depend on the random weights) and
-`mixed`. Load is bounded in time, sent only to loopback, and counted from each response's `usage`.
+`mixed`; `streaming` is decode-heavy streamed as server-sent events, a chunk per token, as chat
+front ends ask for it. Load is bounded in time, sent only to loopback, and counted from each
+response's `usage`.
 
     python -m devtools.loadgen --url http://127.0.0.1:8000 --workload mixed --duration 10
 """
@@ -44,17 +46,19 @@ class Request:
     prompt: str
     max_tokens: int
     ignore_eos: bool
+    stream: bool = False  # server-sent events; the last chunk carries `usage`
 
     def body(self) -> bytes:
-        return json.dumps(
-            {
-                "model": MODEL,
-                "prompt": self.prompt,
-                "max_tokens": self.max_tokens,
-                "temperature": 0.0,
-                "ignore_eos": self.ignore_eos,
-            }
-        ).encode()
+        fields: dict[str, object] = {
+            "model": MODEL,
+            "prompt": self.prompt,
+            "max_tokens": self.max_tokens,
+            "temperature": 0.0,
+            "ignore_eos": self.ignore_eos,
+        }
+        if self.stream:
+            fields.update(stream=True, stream_options={"include_usage": True})
+        return json.dumps(fields).encode()
 
 
 def _prompt(rng: random.Random, sentence_count: int) -> str:
@@ -94,10 +98,16 @@ def _mixed(rng: random.Random) -> Request:
     return Request(_prompt(rng, rng.randint(3, 6)), rng.randint(16, 64), ignore_eos=True)
 
 
+def _streaming(rng: random.Random) -> Request:
+    # decode-heavy, streamed: the API server sends a chunk per generated token
+    return replace(_decode_heavy(rng), stream=True)
+
+
 WORKLOADS: dict[str, Callable[[random.Random], Request]] = {
     "prefill-heavy": _prefill_heavy,
     "decode-heavy": _decode_heavy,
     "mixed": _mixed,
+    "streaming": _streaming,
 }
 
 
@@ -288,13 +298,24 @@ def _send(
         if response.status != 200:
             tally.add(None, f"HTTP {response.status}: {payload[:300]!r}")
             return conn
-        tally.add(json.loads(payload)["usage"])
+        tally.add(_streamed_usage(payload) if request.stream else json.loads(payload)["usage"])
         return conn
     except (OSError, http.client.HTTPException, ValueError, KeyError) as error:
         tally.add(None, repr(error))
         conn.close()
         time.sleep(_FAILURE_BACKOFF_S)  # a dead server must not turn this into a busy loop
         return http.client.HTTPConnection(host, port, timeout=_REQUEST_TIMEOUT_S)
+
+
+def _streamed_usage(payload: bytes) -> dict[str, int]:
+    """The `usage` of a streamed response: its last `data:` event that has one
+    (`stream_options.include_usage`)."""
+    for line in reversed(payload.decode().splitlines()):
+        if line.startswith("data: {") and '"usage"' in line:
+            usage = json.loads(line[len("data: ") :]).get("usage")
+            if usage:
+                return dict(usage)
+    raise KeyError("usage: no event of the stream carried it")
 
 
 def _workload(name: str) -> Callable[[random.Random], Request]:

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from click.core import ParameterSource
@@ -33,6 +33,9 @@ from sidecar.render import phase_table, table
 from sidecar.rules import load_rules
 from sidecar.units import Unit
 
+if TYPE_CHECKING:
+    from sidecar.advice_rules import AdviceRules
+
 
 @click.group()
 @click.version_option(package_name="vllm-sidecar")
@@ -52,7 +55,7 @@ SHARED_SETTINGS = (
     "metrics.url", "gpu", "rules",
 )  # fmt: skip
 DAEMON_SETTINGS = (
-    *SHARED_SETTINGS, "output.dir", "exporter_listen", "schedule.window_s",
+    *SHARED_SETTINGS, "advice", "output.dir", "exporter_listen", "schedule.window_s",
     "schedule.interval_s", "schedule.baseline_every_s",
 )  # fmt: skip
 _HELP = {
@@ -69,6 +72,7 @@ _HELP = {
     "metrics.url": "vLLM's /metrics (default: from the API server's flags).",
     "gpu": "NVML readings.",
     "rules": "Your own phases.yaml.",
+    "advice": "Your own advice.yaml (the findings' rules).",
     "output.dir": "Output folder.",
     "exporter_listen": "host:port of the sidecar's /metrics, or off.",
     "schedule.window_s": "Window length, e.g. 60s.",
@@ -261,33 +265,42 @@ def _snapshot_settings(ctx: click.Context) -> tuple[Config, SnapshotOptions]:
     help="The page's file (--format html) [default: report-<snapshot>.html].",
 )
 @click.option("--host", help="The host folder under OUT (needed when OUT holds several).")
-def report(snapshot_dir: Path, fmt: str, out: Path | None, host: str | None) -> None:
-    """Print the profile of one snapshot: memory, computation time, throughput, breakdowns.
-    With --format html, SNAPSHOT may be an output folder: its latest snapshot is shown."""
+@click.option("--advice", type=click.Path(path_type=Path), help=_HELP["advice"])
+def report(
+    snapshot_dir: Path, fmt: str, out: Path | None, host: str | None, advice: Path | None
+) -> None:
+    """Print the profile of one snapshot: memory, computation time, throughput, findings
+    (what to change, with the evidence), breakdowns. With --format html, SNAPSHOT may be an
+    output folder: its latest snapshot is shown."""
+    from sidecar.advice_rules import load_advice
     from sidecar.report import render, report_data
     from sidecar.summary_io import read_summary
     from sidecar.writers import to_jsonable
 
+    rules = load_advice(advice) if advice is not None else None
     if fmt == "html":
-        _report_page(snapshot_dir, out, host)
+        _report_page(snapshot_dir, out, host, rules)
         return
     if out is not None or host is not None:
         raise ConfigError("--out and --host go with --format html")
     summary = read_summary(snapshot_dir)
     if fmt == "json":
-        click.echo(json.dumps(to_jsonable(report_data(summary)), indent=2))
+        click.echo(json.dumps(to_jsonable(report_data(summary, rules)), indent=2))
     else:
-        click.echo(render(summary))
+        click.echo(render(summary, rules))
 
 
-def _report_page(path: Path, out: Path | None, host: str | None) -> None:
+def _report_page(
+    path: Path, out: Path | None, host: str | None, advice: AdviceRules | None
+) -> None:
     from importlib.metadata import version
 
     from sidecar.report_page import render_page
     from sidecar.report_page_io import default_name, page_inputs, write_page
 
     generator = f"vllm-sidecar {version('vllm-sidecar')}"
-    inputs = page_inputs(path, host, generator, note=lambda line: click.echo(line, err=True))
+    inputs = page_inputs(path, host, generator, note=lambda line: click.echo(line, err=True),
+                         advice=advice)  # fmt: skip
     target = out or default_name(inputs)
     write_page(render_page(inputs), target)
     click.echo(str(target))
@@ -318,10 +331,14 @@ REGRESSION_EXIT = 10  # `diff --fail-on`: a significant regression beyond the th
     help="Exit 10 on a significant regression beyond this, e.g. 10% (a CPU cost "
     "per 1,000 generated tokens, or a latency tested over windows).",
 )
+@click.option("--advice", type=click.Path(path_type=Path), help=_HELP["advice"])
 def diff(sides: tuple[str, ...], baseline_of: Path | None, since: str | None,
-         until: str | None, fmt: str, fail_on: str | None) -> None:  # fmt: skip
+         until: str | None, fmt: str, fail_on: str | None,
+         advice: Path | None) -> None:  # fmt: skip
     """What changed from A to B, and is it real? A and B: snapshot folders, or output folders
     narrowed to a time range (PATH@SINCE..UNTIL, or --since/--until)."""
+    from sidecar.advice import finding_changes
+    from sidecar.advice_rules import load_advice
     from sidecar.compare import compare
     from sidecar.diff import Range, baseline_sides, gate, now, parse_time, render_text, side_from
     from sidecar.diff import to_json as diff_json
@@ -346,12 +363,14 @@ def diff(sides: tuple[str, ...], baseline_of: Path | None, since: str | None,
         default = Range(parse_time(since, t) if since else None,
                         parse_time(until, t) if until else None)  # fmt: skip
         a, b = (side_from(spec, default, t, label) for spec, label in zip(sides, "AB", strict=True))
+    rules = load_advice(advice) if advice is not None else None
     comparison = compare(a, b)
     failed = gate(comparison, threshold)
+    found = finding_changes(a.summaries, b.summaries, rules)
     if fmt == "json":
-        click.echo(json.dumps(diff_json(comparison, failed), indent=2))
+        click.echo(json.dumps(diff_json(comparison, failed, found), indent=2))
     else:
-        click.echo(render_text(comparison, failed))
+        click.echo(render_text(comparison, failed, found))
     if failed:
         raise SystemExit(REGRESSION_EXIT)
 

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from sidecar import units as u
+from sidecar.advice_rules import load_advice
 from sidecar.errors import ConfigError
 from sidecar.rules import load_rules
 from sidecar.units import Unfit, Unit, kind_of
@@ -105,6 +106,8 @@ class Config:
     log_level: str = field(default="info", metadata=unit(u.LOG_LEVEL))
     # The phases.yaml to classify with; None: the built-in rules.
     rules: Path | None = field(default=None, metadata=unit(u.PATH, optional=True))
+    # The advice.yaml the findings come from; None: the built-in configs/advice.yaml.
+    advice: Path | None = field(default=None, metadata=unit(u.PATH, optional=True))
     source: str = "defaults"  # not a setting: the file the configuration came from
 
 
@@ -136,7 +139,7 @@ FLAGS: Mapping[str, str] = {
     "schedule.window_s": "--window", "schedule.interval_s": "--interval",
     "schedule.baseline_every_s": "--baseline-every", "output.dir": "--out",
     "metrics.url": "--metrics-url", "exporter_listen": "--exporter-listen", "gpu": "--gpu",
-    "rules": "--rules",
+    "rules": "--rules", "advice": "--advice",
 }  # fmt: skip
 SNAPSHOT_FLAGS: Mapping[str, str] = {
     "out": "--out", "duration_s": "--duration", "as_json": "--json"
@@ -181,6 +184,7 @@ def load_config(
     config = replace(config, source=str(path) if path else "defaults")
     validate(config)
     _check_rules(config, origins.get("rules", "defaults"))
+    _check_advice(config, origins.get("advice", "defaults"))
     return config
 
 
@@ -324,3 +328,12 @@ def _check_rules(config: Config, where: str) -> None:
         raise ConfigError(f"rules: {exc} ({where})") from None
     except ValueError as exc:  # UnicodeDecodeError: load_rules reads UTF-8 text
         raise ConfigError(f"rules: {config.rules} is not a rules file ({exc}) ({where})") from None
+
+
+def _check_advice(config: Config, where: str) -> None:
+    if config.advice is None:
+        return  # the built-in advice rules: tested with the package
+    try:
+        load_advice(config.advice)
+    except ConfigError as exc:
+        raise ConfigError(f"advice: {exc} ({where})") from None

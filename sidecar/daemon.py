@@ -26,6 +26,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from sidecar.advice import findings
 from sidecar.config import Config, load_config
 from sidecar.discovery import AmbiguousTarget, Deployment, configured_target
 from sidecar.errors import AttachError, SamplerError, SidecarError
@@ -196,7 +197,8 @@ class Daemon:
             failures.append(Failure(WindowFailure.WRITE, outcome.skipped_reason or "not written"))
         self.failures.settle(failures, checked=WINDOW_KINDS)
         written = str(outcome.path) if outcome.path else None
-        self.state.update_snapshot(snapshot.summary(kind), kind, written)
+        summary = snapshot.summary(kind)
+        self.state.update_snapshot(summary, kind, written, findings(summary, self.parts.advice))
         self.state.update_disk(store.disk_state, store.free_bytes, store.total_bytes_used,
                                store.snapshots_written, store.writes_skipped,
                                store.deleted_total)  # fmt: skip

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar import units
+from sidecar.advice import FindingChanges, changes_json, render_changes
 from sidecar.compare import Change, Comparison, Side, Workload, regressions
 from sidecar.errors import ConfigError, InputError
 from sidecar.pyspy import LATE_S
@@ -186,11 +187,17 @@ def _words(ch: Change) -> str:
     return f"{what} {_ratio_words(ch.change)}"
 
 
-def render_text(c: Comparison, fail: tuple[Change, ...] = ()) -> str:
+def render_text(
+    c: Comparison, fail: tuple[Change, ...] = (), found: FindingChanges | None = None
+) -> str:
     wa, wb = c.workloads
     out = ["[Diff] " + line for line in verdict(c)]
+    if found is not None and found.new:
+        out.append(f"[Diff] New findings in B: {', '.join(f.id for f in found.new)} (below).")
     out += ["", c.a.label, c.b.label]
     out += [f"Caveat: {line}" for line in caveats(c)]
+    if found is not None:
+        out += ["", *render_changes(found)]
     if c.fingerprint:
         out += ["", "[Diff] Fingerprint (what ran differently):"]
         out += [f"- {f.words()}" for f in c.fingerprint]
@@ -296,7 +303,9 @@ def _ratio_words(v: float | None) -> str:
     return f"{'up' if v > 1 else 'down'} {abs(v - 1) * 100:.0f} % (\u00d7{v:.2f})"
 
 
-def to_json(c: Comparison, fail: tuple[Change, ...] = ()) -> dict[str, Any]:
+def to_json(
+    c: Comparison, fail: tuple[Change, ...] = (), found: FindingChanges | None = None
+) -> dict[str, Any]:
     def change(ch: Change) -> dict[str, Any]:
         return {"kind": ch.kind, "role": ch.role, "name": ch.name, "a": _clean(ch.a),
                 "b": _clean(ch.b), "scale": ch.scale, "change": _clean(ch.change),
@@ -329,6 +338,7 @@ def to_json(c: Comparison, fail: tuple[Change, ...] = ()) -> dict[str, Any]:
         "serving": [change(ch) for ch in c.serving],
         "significant": [change(ch) for ch in c.significant],
         "regressions": [change(ch) for ch in fail],
+        "findings": changes_json(found) if found is not None else None,
     }  # fmt: skip
 
 

@@ -38,9 +38,11 @@ class Check:
 
 
 def run_checks(config: Config) -> list[Check]:
-    # The config itself was checked when it was loaded (rules file included); say which it is.
+    # The config itself was checked when it was loaded (the rules and advice files included);
+    # say which they are.
     rules = str(config.rules) if config.rules else "built-in"
-    checks = [Check("config", Status.OK, f"{config.source}; rules: {rules}")]
+    advice = str(config.advice) if config.advice else "built-in"
+    checks = [Check("config", Status.OK, f"{config.source}; rules: {rules}; advice: {advice}")]
     spy = _guard(checks, "py-spy", lambda: _py_spy(config))
     target = _guard(checks, "target", lambda: _target(config))
     checks.append(_ptrace(spy, target))

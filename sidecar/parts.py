@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from sidecar.advice_rules import AdviceRules, load_advice
 from sidecar.classifier import Classifier
 from sidecar.config import Config
 from sidecar.discovery import Deployment
@@ -84,6 +85,7 @@ class Builders:
     """How the parts are made; the defaults are the real ones, tests pass fakes."""
 
     rules: Callable[[Path | None], RuleSet] = load_rules  # the config's `rules`, or built-in
+    advice: Callable[[Path | None], AdviceRules] = load_advice  # the config's `advice`, or built-in
     py_spy: Callable[[str | None], PySpyRunner] = SubprocessPySpy.find
     store: Callable[[Config], Store] = open_store
     gpu: Callable[[bool], NvmlReader | None] = open_gpu_reader
@@ -101,6 +103,7 @@ class Parts:
     controller: RateController
     schedule: Schedule
     gpu: NvmlReader | None
+    advice: AdviceRules  # the findings' rules, for the exporter's finding gauges
     # The target's fingerprint, read once per deployment and kept through reloads.
     fingerprints: FingerprintCache = field(default_factory=FingerprintCache)
 
@@ -117,6 +120,7 @@ def build_parts(
     if t.pid is None and t.pid_file is None and not t.discover:
         raise ConfigError("no target: set target.pid, target.pid_file or target.discover")
     classifier = Classifier(make.rules(config.rules))
+    advice = make.advice(config.advice)
     runner = make.py_spy(config.sampling.py_spy)
     url = config.metrics.url
     metrics = make.metrics(url, config.metrics.timeout_s) if url is not None else None
@@ -132,7 +136,7 @@ def build_parts(
     schedule = kept.schedule if kept else Schedule(config.schedule, clock, wall_clock)
     fingerprints = previous.fingerprints if previous else FingerprintCache()
     return Parts(config, classifier, ProcFs(t.proc_root), runner, metrics, store, controller,
-                 schedule, gpu, fingerprints)  # fmt: skip
+                 schedule, gpu, advice, fingerprints)  # fmt: skip
 
 
 def _kept(previous: Parts | None, config: Config, section: str) -> Parts | None:

@@ -12,6 +12,10 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
+from sidecar.advice import Evaluation, evaluate, render_findings
+from sidecar.advice import to_json as findings_json
+from sidecar.advice_rules import AdviceRules
+from sidecar.computation import PER_REQUEST_QUESTION, SPLIT_HOW, STEP_QUESTION, step_split
 from sidecar.gpu import GpuFigures, figures_of
 from sidecar.kvcache import kv_cache_text
 from sidecar.records import Phase
@@ -23,14 +27,20 @@ from sidecar.sizes import format_pair, format_share
 STEP = ("forward", "attention", "prefill", "decode", "sampling")
 
 
-def report_data(s: SnapshotSummary) -> dict[str, Any]:
-    """The report as data: what `--format json` prints and the text is rendered from."""
+def report_data(s: SnapshotSummary, advice: AdviceRules | None = None) -> dict[str, Any]:
+    """The report as data: what `--format json` prints and the text is rendered from.
+    `advice`: the rules the findings come from (None: the packaged configs/advice.yaml)."""
+    return _data(s, evaluate(s, advice))
+
+
+def _data(s: SnapshotSummary, ev: Evaluation) -> dict[str, Any]:
     return {
         "snapshot": s.name,
         "schema": s.schema,
         "memory": _memory(s),
         "computation": _computation(s),
         "throughput": _throughput(s),
+        "findings": findings_json(ev),
         "software": _software(s),
         "phases": {"by_role": s.by_role, "main_thread": s.main_thread},
         "stages": _stages(s),
@@ -92,6 +102,22 @@ def _gpu_figures(s: SnapshotSummary) -> GpuFigures | None:
 
 
 def _computation(s: SnapshotSummary) -> dict[str, Any]:
+    """Two prefill/decode figures (sidecar/computation.py): vLLM's wall time per request, and
+    the split of the worker's model-step samples; each says which question it answers."""
+    out = _per_request(s)
+    split = step_split(s)
+    out["model_steps"] = (
+        {"prefill_share": split.prefill_share, "decode_share": split.decode_share,
+         "samples": split.samples, "estimated": split.estimated,
+         "how": SPLIT_HOW if split.estimated else "model-step samples by the stage their "
+         "stack shows", "answers": STEP_QUESTION}
+        if split is not None and split.prefill_share is not None
+        else {"missing": "no model-step samples, or no token counts to split them by"}
+    )  # fmt: skip
+    return out
+
+
+def _per_request(s: SnapshotSummary) -> dict[str, Any]:
     serving = s.serving
     prefill, decode = serving.prefill_time_mean_s, serving.decode_time_mean_s
     if prefill is None or decode is None:
@@ -99,6 +125,7 @@ def _computation(s: SnapshotSummary) -> dict[str, Any]:
     total = prefill + decode
     return {
         "source": "vLLM request_prefill/decode_time_seconds, mean per request over the window",
+        "answers": PER_REQUEST_QUESTION,
         "prefill_ms": prefill * 1000,
         "decode_ms": decode * 1000,
         "prefill_share": prefill / total if total else None,
@@ -127,18 +154,10 @@ def _software(s: SnapshotSummary) -> dict[str, Any]:
 
 def _stages(s: SnapshotSummary) -> dict[str, Any]:
     """Stack samples per stage; unknown-stage model time apportioned by token counts, flagged."""
-    stages = dict(s.stages)
-    prompt, gen = s.serving.prompt_tokens, s.serving.generation_tokens
-    unknown = stages.get("unknown", 0)
-    out: dict[str, Any] = {"samples": stages}
-    if unknown and prompt is not None and gen is not None and prompt + gen > 0:
-        out["estimate"] = {
-            "prefill": stages.get("prefill", 0) + unknown * prompt / (prompt + gen),
-            "decode": stages.get("decode", 0) + unknown * gen / (prompt + gen),
-            "how": "model-step samples whose stage the stack cannot tell (V1 mixes prefill "
-            "and decode in one batch), split by the window's prompt vs generated tokens: "
-            "an estimate",
-        }
+    out: dict[str, Any] = {"samples": dict(s.stages)}
+    split = step_split(s)
+    if split is not None and split.estimated:
+        out["estimate"] = {"prefill": split.prefill, "decode": split.decode, "how": SPLIT_HOW}
     return out
 
 
@@ -165,19 +184,21 @@ def _processes(s: SnapshotSummary) -> list[dict[str, Any]]:
 
 def profile_block(s: SnapshotSummary) -> str:
     """The `[Profile]` sections (memory, computation time, throughput, software): the text
-    report's head, which the HTML page shows as it is."""
-    return _profile_block(s, report_data(s))
-
-
-def _profile_block(s: SnapshotSummary, d: Mapping[str, Any]) -> str:
+    report's head without its findings, which the HTML page shows in a section of their own."""
+    d = report_data(s)
     parts = [_render_memory(d["memory"], s.kv_cache), _render_computation(d["computation"]),
              _render_throughput(d["throughput"]), _render_software(d["software"])]  # fmt: skip
     return "\n".join(parts)
 
 
-def render(s: SnapshotSummary) -> str:
-    d = report_data(s)
-    parts = [_profile_block(s, d), "", "Memory breakdown:",
+def render(s: SnapshotSummary, advice: AdviceRules | None = None) -> str:
+    ev = evaluate(s, advice)
+    d = _data(s, ev)
+    findings = render_findings(ev, gpu_host=s.gpu.available)
+    parts = [_render_memory(d["memory"], s.kv_cache), _render_computation(d["computation"]),
+             _render_throughput(d["throughput"]), "\n".join(findings),
+             _render_software(d["software"]), "",
+             "Memory breakdown:",
              _render_processes(d["processes"], s.kv_cache), "",
              "Computation breakdown (share of each role's samples):", phase_table(s)]  # fmt: skip
     if s.main_thread:
@@ -206,13 +227,32 @@ def _render_memory(m: Mapping[str, Any], kv: KvCache | None) -> str:
 
 
 def _render_computation(c: Mapping[str, Any]) -> str:
+    """The familiar two lines (vLLM's time per request), with the model steps' split beside
+    them, and one line naming what each measures and which question it answers."""
+    steps = c["model_steps"]
+    est = " (estimate)" if steps.get("estimated") else ""
+    side = ("", "") if "missing" in steps else (
+        f" | model steps {_pct_share(steps['prefill_share'])}{est}",
+        f" | model steps {_pct_share(steps['decode_share'])}{est}")  # fmt: skip
     if "missing" in c:
-        return f"[Profile] Computation Time:\n- Prefill/Decoding: not measured ({c['missing']})"
-    return (
-        "[Profile] Computation Time:\n"
-        f"- Prefill: {c['prefill_ms']:.0f}ms ({_pct_share(c['prefill_share'])})\n"
-        f"- Decoding: {c['decode_ms']:.0f}ms ({_pct_share(c['decode_share'])})"
-    )
+        lines = [f"- Prefill/Decoding: not measured ({c['missing']})"]
+        if "missing" not in steps:
+            lines.append(f"- Model steps: prefill {_pct_share(steps['prefill_share'])}, decode "
+                         f"{_pct_share(steps['decode_share'])}{est}")  # fmt: skip
+    else:
+        prefill = f"- Prefill: {c['prefill_ms']:.0f}ms ({_pct_share(c['prefill_share'])})"
+        decode = f"- Decoding: {c['decode_ms']:.0f}ms ({_pct_share(c['decode_share'])})"
+        width = max(len(prefill), len(decode))
+        lines = [prefill.ljust(width) + side[0], decode.ljust(width) + side[1]]
+    if "missing" not in c:
+        lines.append(
+            f"  per request (left): vLLM's request_prefill/decode_time, {PER_REQUEST_QUESTION}"
+        )
+    if "missing" not in steps:
+        how = "; an estimate: V1 batches mix both, split by prompt vs generated tokens"
+        how = how if est else ""
+        lines.append(f"  model steps (right): the worker's stack samples, {STEP_QUESTION}{how}")
+    return "\n".join(["[Profile] Computation Time:", *lines])
 
 
 def _render_throughput(t: Mapping[str, Any]) -> str:

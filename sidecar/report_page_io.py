@@ -10,11 +10,11 @@ page says so in its place: a snapshot without stacks still has a page.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from sidecar.advice_rules import AdviceRules
 from sidecar.errors import InputError
 from sidecar.records.summary import SnapshotSummary
 from sidecar.report_page import DiffView, FindingLike, Missing, PageInputs
@@ -22,12 +22,13 @@ from sidecar.summary_io import SUMMARY_NAME, read_summary
 
 TREND_S = 7 * 86400  # the trend plot's span, up to the page's snapshot (trend's --since 7d)
 FLAME_MIN_WIDTH = 0.001  # flamegraph's default --min-width (0.1 %)
-ADVICE_MODULE = "sidecar.advice"
 
 Note = Callable[[str], None]
 
 
-def page_inputs(path: Path, host: str | None, generator: str, note: Note) -> PageInputs:
+def page_inputs(
+    path: Path, host: str | None, generator: str, note: Note, advice: AdviceRules | None = None
+) -> PageInputs:
     """The page's inputs for PATH: a snapshot folder, or an output folder (then HOST picks the
     host folder where OUT holds several, as `trend --host` does)."""
     if not path.is_dir():
@@ -35,11 +36,11 @@ def page_inputs(path: Path, host: str | None, generator: str, note: Note) -> Pag
             f"{path} is not a folder: name a snapshot folder or the daemon's output folder"
         )
     if (path / SUMMARY_NAME).is_file():
-        return _inputs(path, generator, store=None, note=note)
+        return _inputs(path, generator, store=None, note=note, advice=advice)
     from sidecar.trend_source import host_folder
 
     store = host_folder(path, host)
-    return _inputs(latest_snapshot(store), generator, store=store, note=note)
+    return _inputs(latest_snapshot(store), generator, store=store, note=note, advice=advice)
 
 
 def latest_snapshot(store: Path) -> Path:
@@ -57,12 +58,14 @@ def latest_snapshot(store: Path) -> Path:
     return (regular or [f for f, _, _ in folders])[-1]
 
 
-def _inputs(folder: Path, generator: str, store: Path | None, note: Note) -> PageInputs:
+def _inputs(
+    folder: Path, generator: str, store: Path | None, note: Note, advice: AdviceRules | None
+) -> PageInputs:
     summary = read_summary(folder)
     return PageInputs(
         summary=summary,
         source=str(folder),
-        findings=findings_of(summary),
+        findings=findings_of(summary, advice),
         flame_svg=flame_of(folder),
         trend_png=None if store is None else trend_of(store, folder, note),
         diff=None if store is None else diff_of(store),
@@ -70,19 +73,13 @@ def _inputs(folder: Path, generator: str, store: Path | None, note: Note) -> Pag
     )
 
 
-def findings_of(summary: SnapshotSummary) -> tuple[FindingLike, ...] | Missing:
-    """`sidecar.advice.findings(summary)`, or Missing where this build has no advice module.
-    (The module is built on another branch; once merged this is a plain import.)"""
-    try:
-        advice = importlib.import_module(ADVICE_MODULE)
-    except ModuleNotFoundError as exc:
-        if exc.name != ADVICE_MODULE:  # the module is there but something it needs is not
-            raise
-        return Missing(
-            "Findings are not available in this build of vllm-sidecar (it has no "
-            f"{ADVICE_MODULE} module): the figures below are unchanged."
-        )
-    return tuple(advice.findings(summary))
+def findings_of(
+    summary: SnapshotSummary, advice: AdviceRules | None = None
+) -> tuple[FindingLike, ...]:
+    """What `report` prints as findings: ADVICE's rules (None: the packaged advice.yaml)."""
+    from sidecar.advice import findings
+
+    return tuple(findings(summary, advice))
 
 
 def flame_of(folder: Path) -> str | Missing:

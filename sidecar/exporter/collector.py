@@ -20,6 +20,7 @@ from sidecar.records.summary import SnapshotSummary
 
 PREFIX = "vllm_sidecar_"
 DISK_STATES = ("ok", "low")
+SEVERITIES = ("critical", "warning", "info")
 Family = CounterMetricFamily | GaugeMetricFamily
 
 # name -> (type, help). Counters are named without `_total`: prometheus_client appends it.
@@ -64,6 +65,9 @@ HELP: Mapping[str, tuple[str, str]] = {
     "snapshots_skipped": ("counter", "Snapshots not written (disk low)."),
     "snapshots_deleted": ("counter", "Snapshots deleted by retention."),
     "window_failures": ("counter", "Failures the daemon carried on through, by kind."),
+    "finding": ("gauge", "1 for each finding of the latest snapshot (configs/advice.yaml); "
+                "absent when it does not fire."),
+    "findings": ("gauge", "How many findings the latest snapshot has, by severity."),
 }  # fmt: skip
 # Gauges from a snapshot describe its window; the HELP texts leave "latest snapshot" implied.
 
@@ -139,6 +143,7 @@ class SidecarCollector:
         out.add("sampling_errors", host, view.errors_total)
         if view.summary is not None:
             _add_summary(out, view.summary, target)
+            _add_findings(out, view, target)
         _add_marks(out, view.marks, host, now)
         _add_daemon(out, view, host)
         for kind, count in sorted(view.failures.items()):
@@ -162,6 +167,16 @@ def _add_summary(out: _Families, summary: SnapshotSummary, target: dict[str, str
         out.add("stage_samples", {**target, "stage": stage}, n)
     _add_gpu(out, summary, target)
     _add_serving(out, summary.serving, summary.kv_cache, target)
+
+
+def _add_findings(out: _Families, view: ExporterView, target: dict[str, str]) -> None:
+    """One gauge per active finding, and the count by severity (0 for a severity with none, so
+    `findings{severity="critical"} > 0` alerts and recovers without `absent()`)."""
+    for f in view.findings:
+        out.add("finding", {**target, "id": f.id, "severity": f.severity}, 1)
+    for severity in SEVERITIES:
+        out.add("findings", {**target, "severity": severity},
+                sum(1 for f in view.findings if f.severity == severity))  # fmt: skip
 
 
 def _add_gpu(out: _Families, summary: SnapshotSummary, target: dict[str, str]) -> None:

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
+from sidecar.advice import Finding
 from sidecar.records.summary import SnapshotSummary
 
 
@@ -49,6 +50,7 @@ class ExporterView:
     """Everything one scrape reports. Replaced whole, never changed in place."""
 
     summary: SnapshotSummary | None = None
+    findings: tuple[Finding, ...] = ()  # the latest snapshot's (configs/advice.yaml)
     root_pid: int | None = None
     samples_total: int = 0
     errors_total: int = 0
@@ -77,7 +79,11 @@ class ExporterState:
         return self._view  # one attribute read: a consistent view without the lock
 
     def update_snapshot(
-        self, summary: SnapshotSummary, kind: str, written_path: str | None
+        self,
+        summary: SnapshotSummary,
+        kind: str,
+        written_path: str | None,
+        findings: tuple[Finding, ...] = (),
     ) -> None:
         root_pid = summary.target.root_pid
         mark = SnapshotMark(kind, self.clock(), written_path)
@@ -86,6 +92,7 @@ class ExporterState:
             self._view = replace(
                 v,
                 summary=summary,
+                findings=findings,
                 root_pid=root_pid if root_pid is not None else v.root_pid,
                 samples_total=v.samples_total + summary.sampling.samples,
                 errors_total=v.errors_total + summary.sampling.errors,

