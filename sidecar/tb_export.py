@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sized
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cache
 from pathlib import Path
+from typing import cast
 
 from sidecar.breakdown import memory_rows
 from sidecar.errors import InputError
@@ -106,13 +108,19 @@ def _memory(s: SnapshotSummary) -> dict[str, float]:
 
 def _findings(s: SnapshotSummary) -> dict[str, float]:
     """How many findings fire (`sidecar.advice`, when this version has it)."""
+    findings = _advice()
+    return {"findings/count": float(len(findings(s)))} if findings is not None else {}
+
+
+@cache
+def _advice() -> Callable[[SnapshotSummary], Sized] | None:
     try:
         from sidecar.advice import findings  # type: ignore[import-not-found, unused-ignore]
     except ModuleNotFoundError as exc:
         if exc.name != "sidecar.advice":
             raise
-        return {}
-    return {"findings/count": float(len(findings(s)))}
+        return None
+    return cast(Callable[[SnapshotSummary], Sized], findings)
 
 
 def _custom(s: SnapshotSummary) -> dict[str, float]:
