@@ -24,7 +24,7 @@ def main() -> int:
     who.add_argument("--discover", action="store_true", help="find vLLM under /proc")
     parser.add_argument("--seconds", default="10", help="window length (10, 10s, 1m)")
     parser.add_argument("--rate", default="5", help="samples per second")
-    parser.add_argument("--out", default="profiles", help="where the snapshot is saved")
+    parser.add_argument("--out", default="profiles", help="folder the snapshot is saved into")
     args = parser.parse_args()
 
     # 1. Name the server (the same settings as `vllm-sidecar snapshot`: rate, segment,

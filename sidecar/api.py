@@ -153,17 +153,15 @@ class Snapshot:
 
         return frame(computation_rows(self.summary), COMPUTATION_COLUMNS)
 
-    def save(self, path: PathLike) -> Path:
-        """Copy the snapshot folder to `path` (into it, as `path/<name>`, when `path` is an
-        existing folder other than a snapshot's). The copy appears whole or not at all.
-        Returns where it went."""
-        dest = Path(path)
-        if dest.is_dir() and not (dest / "summary.json").exists():  # not into a snapshot
-            dest = dest / self.path.name
+    def save(self, out: PathLike, name: str | None = None) -> Path:
+        """Copy the snapshot folder into the folder `out` (made if missing), as
+        `out/<name>` (default: the snapshot's own name), as `snapshot --out` lays snapshots
+        out; the copy appears whole or not at all. Returns the folder written."""
+        dest = Path(out) / (name or self.path.name)
+        if name is not None and (not name or Path(name).name != name or name.startswith(".")):
+            raise ConfigError(f"save(name={name!r}): give a plain folder name, no / or leading .")
         if dest.exists():
-            raise OutputError(f"{dest} exists: save to another path, or remove it first")
-        if dest.resolve() == self.path.resolve():
-            return dest
+            raise OutputError(f"{dest} exists: save to another folder or under another name")
         tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
         try:
             dest.parent.mkdir(parents=True, exist_ok=True)

@@ -102,14 +102,18 @@ def test_memory_breakdown_with_a_gpu() -> None:
 
 def test_save_copies_the_folder_and_loads_back(tmp_path: Path) -> None:
     snap = load(SCHEMA3)
-    inside = snap.save(tmp_path)  # an existing folder: the snapshot goes into it
-    assert inside == tmp_path / SCHEMA3.name
+    inside = snap.save(tmp_path / "profiles")  # made: the snapshot goes into it
+    assert inside == tmp_path / "profiles" / SCHEMA3.name
     assert sorted(p.name for p in inside.iterdir()) == sorted(p.name for p in SCHEMA3.iterdir())
     assert load(inside).summary == snap.summary
-    named = snap.save(tmp_path / "runs" / "before-upgrade")
+    assert snapshots(tmp_path / "profiles")["name"].tolist() == [SCHEMA3.name]  # a store
+    named = snap.save(tmp_path / "profiles", name="before-upgrade")
+    assert named == tmp_path / "profiles" / "before-upgrade"
     assert load(named).summary == snap.summary
-    with pytest.raises(OutputError, match="exists: save to another path"):
-        snap.save(named)
+    with pytest.raises(OutputError, match="exists: save to another folder"):
+        snap.save(tmp_path / "profiles")
+    with pytest.raises(ConfigError, match="a plain folder name"):
+        snap.save(tmp_path, name="../elsewhere")
     assert not [p for p in tmp_path.rglob(".*")]  # no temporary left behind
 
 
