@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -74,17 +75,25 @@ def test_the_readme_example_runs_against_the_real_server(
     out = tmp_path / "profiles"
     argv = [sys.executable, str(EXAMPLE), "--pid", str(vllm_server.pid),
             "--seconds", str(WINDOW_S), "--rate", "20", "--out", str(out)]  # fmt: skip
+    began = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV,
                             cwd=tmp_path)  # fmt: skip
     started.append(proc)
-    stdout = _Lines((line.decode() for line in proc.stdout or ()), "\0")
-    stderr = _Lines((line.decode() for line in proc.stderr or ()), SAMPLING_LINE)
+    assert proc.stdout is not None and proc.stderr is not None
+    stdout = _Lines((line.decode() for line in proc.stdout), "\0")
+    stderr = _Lines((line.decode() for line in proc.stderr), SAMPLING_LINE)
     load_result = None
-    if stderr.seen.wait(ATTACH_GRACE_S + 60) and proc.poll() is None:
-        load_result = run_load_process(vllm_server.base_url, "mixed", LOAD_S, 8, seed=3)
-    code = proc.wait(timeout=WINDOW_S + ATTACH_GRACE_S + 120)
-    text, err = stdout.text(), stderr.text()
-    print(text, err, sep="\n")
+    try:
+        if stderr.seen.wait(ATTACH_GRACE_S + 60) and proc.poll() is None:
+            load_result = run_load_process(vllm_server.base_url, "mixed", LOAD_S, 8, seed=3)
+        code = proc.wait(timeout=WINDOW_S + ATTACH_GRACE_S + 120)
+        took = time.monotonic() - began
+        text, err = stdout.text(), stderr.text()
+    finally:
+        proc.kill()  # a no-op once it has exited; the fixture waits for it
+        proc.stderr.close()
+    with capsys.disabled():
+        print(f"\nthe example ran {took:.1f} s ({WINDOW_S:g} s window):\n{text}\n{err}")
     assert code == 0, err
     assert load_result is not None and load_result.requests_ok > 0
 
