@@ -153,6 +153,13 @@ class Snapshot:
 
         return frame(computation_rows(self.summary), COMPUTATION_COLUMNS)
 
+    def stacks(self) -> DataFrame:
+        """stacks.parquet: one row per distinct stack (role, thread, phase, stage, weight in
+        samples, the deciding frame and rule, the stack), as the README's table says."""
+        from sidecar.frames import read_stacks
+
+        return read_stacks(self.path / "stacks.parquet")
+
     def save(self, out: PathLike, name: str | None = None) -> Path:
         """Copy the snapshot folder into the folder `out` (made if missing), as
         `out/<name>` (default: the snapshot's own name), as `snapshot --out` lays snapshots

@@ -12,6 +12,8 @@ from typing import Any
 
 import pandas as pd
 
+from sidecar.errors import InputError
+
 DataFrame = pd.DataFrame  # for the interface's annotations, without importing pandas there
 
 # Nullable dtypes: a missing figure stays missing (<NA>), never 0, and a pid stays an integer.
@@ -44,3 +46,14 @@ def store_frame(
     df = df[keep].sort_values(["time", "name"]).reset_index(drop=True)
     df.insert(1, "path", [str(host_dir / name) for name in df["name"]])
     return df
+
+
+def read_stacks(path: Path) -> pd.DataFrame:
+    if not path.is_file():
+        raise InputError(f"no {path.name} in {path.parent}: this snapshot was kept without its "
+                         "stacks (its summary reads on its own)")  # fmt: skip
+    try:
+        return pd.read_parquet(path)
+    except (OSError, ValueError) as exc:  # not Parquet (pyarrow's errors are both)
+        raise InputError(f"cannot read {path}: {exc}: point at a snapshot folder written by "
+                         "`vllm-sidecar snapshot` or `run`") from None  # fmt: skip

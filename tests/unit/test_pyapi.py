@@ -126,6 +126,18 @@ def test_a_temporary_snapshot_folder_goes_with_its_object(tmp_path: Path) -> Non
     assert not folder.exists() and (kept / "summary.json").is_file()
 
 
+def test_stacks_are_the_snapshots_parquet(tmp_path: Path) -> None:
+    snap = load(SCHEMA1)
+    stacks = snap.stacks()
+    assert int(stacks["weight"].sum()) == snap.summary.samples  # frameless reads: in no row
+    with pytest.raises(InputError, match=r"no stacks.parquet in .*: this snapshot was kept"):
+        load(SCHEMA3).stacks()  # the trend fixtures keep summaries only
+    shutil.copytree(SCHEMA1, tmp_path / SCHEMA1.name)
+    (tmp_path / SCHEMA1.name / "stacks.parquet").write_text("garbled")
+    with pytest.raises(InputError, match=r"cannot read .*stacks.parquet"):
+        load(tmp_path / SCHEMA1.name).stacks()
+
+
 def test_load_errors_name_the_fix(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="does not exist: give a snapshot folder"):
         load(tmp_path / "nope")
