@@ -49,15 +49,18 @@ def main() -> int:
     # 4. Memory: one row per (item, device) in bytes: devices, processes, the KV cache.
     memory = snap.memory_breakdown()
     print("\nmemory:")
-    print(memory.to_string(index=False))
+    print(memory.drop(columns="name").to_string(index=False))  # name: a process's command line
     per_role = memory[memory["item"] == "process"].groupby("role")["used_bytes"].sum()
     print("\nresident memory per role (GiB):")
     print((per_role / 2**30).round(2).to_string())
 
     # 5. The typed summary, for anything else (vLLM's own figures here).
     serving = snap.summary.serving
-    print(f"\nvLLM: {serving.requests_finished} requests finished, "
-          f"{serving.generation_tokens_per_s} generated tokens/s")  # fmt: skip
+    if serving.requests_finished is not None and serving.generation_tokens_per_s is not None:
+        print(f"\nvLLM: {serving.requests_finished:.0f} requests finished, "
+              f"{serving.generation_tokens_per_s:.0f} generated tokens/s")  # fmt: skip
+    else:
+        print(f"\nvLLM: not read ({serving.reason})")
 
     # 6. Keep it: a snapshot folder like the CLI's, readable by `vllm-sidecar report`, `diff`,
     #    `flamegraph`, and by sidecar.load in a later session.
