@@ -133,3 +133,12 @@ def test_hosts_unreadable_summaries_and_bad_paths(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(InputError, match="is a file: give a folder"):
         export_tensorboard(out, tmp_path / "file")
+
+
+def test_the_cli_turns_bad_inputs_into_exit_codes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["export", "tensorboard", str(tmp_path / "missing"), "--logdir", "tb"]) == 3
+    assert "is not a folder: point at the daemon's output.dir" in capsys.readouterr().err
+    assert main(["export", "tensorboard", str(tmp_path)]) == 2  # --logdir is required
+    assert "--logdir" in capsys.readouterr().err
