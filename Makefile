@@ -21,8 +21,8 @@ vllm-env: venv
 	$(BIN)/python -m devtools.vllm_env
 
 lint: venv
-	$(BIN)/ruff check sidecar devtools tests benchmarks scripts
-	$(BIN)/ruff format --check sidecar devtools tests benchmarks scripts
+	$(BIN)/ruff check sidecar devtools tests benchmarks scripts examples
+	$(BIN)/ruff format --check sidecar devtools tests benchmarks scripts examples
 	$(BIN)/mypy
 
 unit: venv

@@ -1,3 +1,25 @@
-"""vllm-sidecar: a profiling sidecar for vLLM servers."""
+"""vllm-sidecar: a profiling sidecar for vLLM servers.
+
+The Python interface (`sidecar.api`) is loaded on first use, so `import sidecar` stays light:
+
+    from sidecar import Profiler, load, snapshots
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sidecar.api import Profiler, Snapshot, load, snapshots
 
 __version__ = "0.1.0"
+__all__ = ["Profiler", "Snapshot", "__version__", "load", "snapshots"]
+_API = ("Profiler", "Snapshot", "load", "snapshots")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        from sidecar import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'sidecar' has no attribute {name!r}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import Field, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -168,8 +168,11 @@ def load_config(
     environ: Mapping[str, str] | None = None,
     flags: Mapping[str, Any] | None = None,
     defaults: Config = Config(),  # frozen: one shared instance is safe
+    origin: Callable[[str], str] | None = None,
 ) -> Config:
-    """defaults -> YAML -> environment -> flags. `flags` keys are `section.key` or top keys.
+    """defaults -> YAML -> environment -> flags. `flags` keys are `section.key` or top keys;
+    `origin` names where a flag's value came from in errors (default: the CLI flag, `flag
+    --rate`; the Python API names its argument, `Profiler(rate=...)`).
 
     Raises ConfigError, and nothing else, for any bad input; the rules file a config names is
     loaded once here, so a broken one fails the start (or the reload) rather than a window.
@@ -178,7 +181,7 @@ def load_config(
         *(_file_entries(Path(path)) if path is not None else ()),
         *_env_entries(os.environ if environ is None else environ),
         # A flag left out arrives as None: it leaves the layers below alone.
-        *((k, v, f"flag {FLAGS.get(k, k)}") for k, v in (flags or {}).items() if v is not None),
+        *((k, v, (origin or _flag_origin)(k)) for k, v in (flags or {}).items() if v is not None),
     ]
     config, origins = _apply(defaults, entries)
     config = replace(config, source=str(path) if path else "defaults")
@@ -186,6 +189,10 @@ def load_config(
     _check_rules(config, origins.get("rules", "defaults"))
     _check_advice(config, origins.get("advice", "defaults"))
     return config
+
+
+def _flag_origin(key: str) -> str:
+    return f"flag {FLAGS.get(key, key)}"
 
 
 def snapshot_options(values: Mapping[str, Any]) -> SnapshotOptions:

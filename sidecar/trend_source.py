@@ -53,6 +53,17 @@ def host_folder(out: Path, host: str | None) -> Path:
     raise InputError(f"{out} holds several hosts: pick one with --host ({', '.join(hosts)})")
 
 
+def host_folders(out: Path, host: str | None) -> list[Path]:
+    """Every host folder `out` names: OUT itself when it is one, the one `host` picks, else
+    each host under OUT (readers that take them all, such as the exports)."""
+    if host is not None or not out.is_dir() or _is_host_folder(out):
+        return [host_folder(out, host)]
+    hosts = _hosts(out)
+    if not hosts:
+        host_folder(out, None)  # raises: it says what to point at
+    return [out / h for h in hosts]
+
+
 def snapshot_folders(host_dir: Path) -> set[str]:
     """The names of every complete snapshot folder (a scandir: no stat of their files, and no
     Path object per folder: 9,000 of them cost 0.2 s)."""

