@@ -84,15 +84,19 @@ def take_scrape(
     source: MetricsSource,
     clock: Callable[[], float] = time.monotonic,
     wall_clock: Callable[[], float] = time.time,
+    *,
+    vllm: bool = True,
 ) -> MetricsScrape:
-    """Fetch and parse one scrape; a failure is returned as a scrape with `error` set."""
+    """Fetch and parse one scrape; a failure is returned as a scrape with `error` set.
+    `vllm` False: any exporter's text is accepted (a custom metric's other URL)."""
     started, wall = clock(), wall_clock()
     text, failure = _fetch(source)
     ended = clock()
     taken_at, fetch_s = (started + ended) / 2, ended - started
     if failure is not None:
         return failed_scrape(source.url, failure, taken_at=taken_at, wall=wall, fetch_s=fetch_s)
-    return parse_scrape(text, url=source.url, taken_at=taken_at, wall=wall, fetch_s=fetch_s)
+    return parse_scrape(text, url=source.url, taken_at=taken_at, wall=wall, fetch_s=fetch_s,
+                        vllm=vllm)  # fmt: skip
 
 
 def _fetch(source: MetricsSource) -> tuple[str, str | None]:
