@@ -15,7 +15,7 @@ from typing import Any
 from sidecar.gpu import GpuFigures, figures_of
 from sidecar.kvcache import kv_cache_text
 from sidecar.records import Phase
-from sidecar.records.readings import KvCache, ServingFigures
+from sidecar.records.readings import CustomMetric, KvCache, ServingFigures
 from sidecar.records.summary import SnapshotSummary
 from sidecar.render import ROLE_COLUMNS, phase_table, table
 from sidecar.sizes import format_pair, format_share
@@ -31,6 +31,7 @@ def report_data(s: SnapshotSummary) -> dict[str, Any]:
         "memory": _memory(s),
         "computation": _computation(s),
         "throughput": _throughput(s),
+        "custom": [asdict(m) for m in s.custom],
         "software": _software(s),
         "phases": {"by_role": s.by_role, "main_thread": s.main_thread},
         "stages": _stages(s),
@@ -166,7 +167,8 @@ def _processes(s: SnapshotSummary) -> list[dict[str, Any]]:
 def render(s: SnapshotSummary) -> str:
     d = report_data(s)
     parts = [_render_memory(d["memory"], s.kv_cache), _render_computation(d["computation"]),
-             _render_throughput(d["throughput"]), _render_software(d["software"]), "",
+             _render_throughput(d["throughput"]), *_render_custom(s.custom),
+             _render_software(d["software"]), "",
              "Memory breakdown:",
              _render_processes(d["processes"], s.kv_cache), "",
              "Computation breakdown (share of each role's samples):", phase_table(s)]  # fmt: skip
@@ -212,6 +214,32 @@ def _render_throughput(t: Mapping[str, Any]) -> str:
     return (f"[Profile] Throughput:\n- Requests: {t['requests_per_s']:.1f} req/s\n"
             f"- Tokens: {_rate(t['generation_tokens_per_s'])} tokens/s"
             f"{f' (prompt: {prompt:.0f} tokens/s)' if prompt is not None else ''}")  # fmt: skip
+
+
+def _render_custom(metrics: tuple[CustomMetric, ...]) -> list[str]:
+    """`[Profile] Custom metrics:` the config's custom_metrics (no block when none is set)."""
+    if not metrics:
+        return []
+    lines = ["[Profile] Custom metrics:"]
+    for m in metrics:
+        where = f"{m.metric}{_labels(m.labels)} at {m.source or 'vLLM /metrics'}"
+        if m.value is None:
+            lines.append(f"- {m.name}: not measured ({m.reason or 'no value'}; {where})")
+            continue
+        lines.append(f"- {m.name}: {custom_value(m)} ({m.kind}; {where}; {m.how})")
+    return ["\n".join(lines)]
+
+
+def custom_value(m: CustomMetric) -> str:
+    """`12.5 /s`, `0.031 s`, `n/a`: a custom metric's value with its unit."""
+    if m.value is None:
+        return "n/a"
+    unit = f" {m.unit}" if m.unit else ""
+    return f"{m.value:.4g}{unit}"
+
+
+def _labels(labels: Mapping[str, str]) -> str:
+    return "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else ""
 
 
 def _render_software(f: Mapping[str, Any]) -> str:
