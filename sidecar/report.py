@@ -226,7 +226,8 @@ def _render_custom(metrics: tuple[CustomMetric, ...]) -> list[str]:
         if m.value is None:
             lines.append(f"- {m.name}: not measured ({m.reason or 'no value'}; {where})")
             continue
-        lines.append(f"- {m.name}: {custom_value(m)} ({m.kind}; {where}; {m.how})")
+        how = f"; {m.how}" if m.how else ""
+        lines.append(f"- {m.name}: {custom_value(m)} ({m.kind}; {where}{how})")
     return ["\n".join(lines)]
 
 
