@@ -304,3 +304,21 @@ def custom_reader(
         return None
     urls = dict.fromkeys(s.url for s in specs if s.url is not None and s.url != vllm_url)
     return CustomReader(specs, {url: make(url, timeout_s) for url in urls})
+
+
+def probe(spec: CustomMetricSpec, scrape: MetricsScrape) -> tuple[bool, str]:
+    """(found, what): whether one scrape holds `spec`'s family with matching series (for
+    `doctor`, before any window)."""
+    if not scrape.ok:
+        return False, scrape.error or "not scraped"
+    family = _family(spec, scrape)
+    if isinstance(family, str):
+        return False, family
+    name = _sample_name(family, scrape)
+    if family.type in ("histogram", "summary", "gaugehistogram"):
+        name = f"{family.name}_sum"
+    matched = _matching(scrape.samples.get(name, ()), dict(spec.labels))
+    if not matched:
+        return False, _no_series(name, scrape, dict(spec.labels))
+    kind = KIND_OF_TYPE[family.type]
+    return True, f"{spec.metric} at {scrape.url}: a {family.type}, {len(matched)} series ({kind})"

@@ -400,3 +400,31 @@ def test_the_exporter_has_one_gauge_per_custom_metric() -> None:
     assert any('name="router_queue"' in line and 'kind="mean"' in line and line.endswith(" 5.0")
                for line in lines)  # fmt: skip
     assert any('name="tokens"' in line and 'unit="/s"' in line for line in lines)
+
+
+def test_doctor_probes_each_custom_metric_in_one_scrape() -> None:
+    from sidecar.vllm_metrics.custom import probe
+
+    before, _ = router_pair()
+    assert probe(spec("router_requests", labels={"model": "big"}), before) == (
+        True, f"router_requests at {ROUTER}: a counter, 1 series (rate)"
+    )  # fmt: skip
+    assert probe(spec("router_upstream_seconds"), before)[0]
+    found, why = probe(spec("router_requests", labels={"model": "huge"}), before)
+    assert not found and "matches {model=huge}" in why
+    found, why = probe(spec("router_request"), before)
+    assert not found and "close: router_requests" in why
+
+
+def test_doctor_warns_of_a_custom_url_that_does_not_answer() -> None:
+    from devtools.server import free_port
+    from sidecar.config import Config
+    from sidecar.doctor import Status, _custom
+
+    url = f"http://127.0.0.1:{free_port()}/metrics"  # nothing listens there
+    config = Config(custom_metrics=(spec("router_requests", name="routed", url=url),
+                                    spec("vllm:generation_tokens", name="tokens")))  # fmt: skip
+    routed, tokens = _custom(config, None)
+    assert (routed.name, routed.status) == ("custom routed", Status.WARN)
+    assert "connection refused" in routed.detail and "custom_metrics" in routed.fix
+    assert tokens.status is Status.WARN and "no target" in tokens.detail
