@@ -63,7 +63,7 @@ def take_snapshot(
     metrics, unread = metrics_for(target, configured, config.metrics.timeout_s)
     if unread is not None:
         log.warning("vLLM's /metrics will not be read: %s", unread)
-    custom = custom_reader(config.custom_metrics, config.metrics.timeout_s, HttpMetricsSource,
+    custom = custom_reader(config.custom_metrics, config.metrics.timeout_s,
                            metrics.url if metrics else None)  # fmt: skip
     readers = WindowReaders(procfs=procfs, metrics=metrics, metrics_unread=unread,
                             gpu=open_gpu_reader(config.gpu), custom=custom,

@@ -132,7 +132,7 @@ def _custom(config: Config, target: Deployment | None) -> list[Check]:
             checks.append(Check(f"custom {spec.name}", Status.WARN, why))
             continue
         if url not in scrapes:
-            source = HttpMetricsSource(url, timeout_s=config.metrics.timeout_s)
+            source = HttpMetricsSource(url, config.metrics.timeout_s, vllm=url == vllm_url)
             scrapes[url] = take_scrape(source, vllm=False)
         found, detail = probe(spec, scrapes[url])
         fix = "" if found else "correct custom_metrics' url, metric or labels (see the detail)"

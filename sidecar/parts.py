@@ -163,7 +163,7 @@ def real_collector(
                       fail_fast=first)  # fmt: skip
     metrics, unread = metrics_for(target, parts.metrics, config.metrics.timeout_s)
     watch = _ScrapeWatch()
-    custom = custom_reader(config.custom_metrics, config.metrics.timeout_s, HttpMetricsSource,
+    custom = custom_reader(config.custom_metrics, config.metrics.timeout_s,
                            metrics.url if metrics else None)  # fmt: skip
     readers = WindowReaders(procfs=parts.procfs, metrics=metrics, gpu=parts.gpu,
                             host_procfs=host_procfs(config.target.host_proc),

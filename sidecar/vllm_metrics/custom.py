@@ -29,7 +29,7 @@ from typing import Any
 from sidecar.custom_spec import CustomMetricSpec
 from sidecar.records.readings import CustomMetric
 from sidecar.vllm_metrics.scrape import LabelSet, MetricsScrape, finite
-from sidecar.vllm_metrics.source import MetricsSource, take_scrape
+from sidecar.vllm_metrics.source import HttpMetricsSource, MetricsSource, take_scrape
 
 KIND_OF_TYPE = {"counter": "rate", "gauge": "mean", "histogram": "mean", "summary": "mean",
                 "gaugehistogram": "mean", "last": "last"}  # fmt: skip
@@ -292,11 +292,16 @@ class CustomReader:
         return tuple(out)
 
 
+def other_source(url: str, timeout_s: float) -> MetricsSource:
+    """Another exporter's /metrics (its errors do not send the operator looking for vLLM)."""
+    return HttpMetricsSource(url, timeout_s=timeout_s, vllm=False)
+
+
 def custom_reader(
     specs: tuple[CustomMetricSpec, ...],
     timeout_s: float,
-    make: Callable[[str, float], MetricsSource],
     vllm_url: str | None = None,
+    make: Callable[[str, float], MetricsSource] = other_source,
 ) -> CustomReader | None:
     """The reader of `specs` (None without any); a source per distinct URL other than vLLM's
     (a spec that names vLLM's URL reads the window's own scrapes of it)."""

@@ -426,5 +426,6 @@ def test_doctor_warns_of_a_custom_url_that_does_not_answer() -> None:
                                     spec("vllm:generation_tokens", name="tokens")))  # fmt: skip
     routed, tokens = _custom(config, None)
     assert (routed.name, routed.status) == ("custom routed", Status.WARN)
-    assert "connection refused" in routed.detail and "custom_metrics" in routed.fix
+    assert "connection refused (is the exporter running" in routed.detail
+    assert "custom_metrics" in routed.fix
     assert tokens.status is Status.WARN and "no target" in tokens.detail
