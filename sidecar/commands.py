@@ -24,6 +24,7 @@ from sidecar.records.summary import SnapshotSummary
 from sidecar.rules import load_rules
 from sidecar.sampler import RateController, Sampler
 from sidecar.vllm_metrics import HttpMetricsSource
+from sidecar.vllm_metrics.custom import custom_reader
 from sidecar.writers import write_snapshot
 
 if TYPE_CHECKING:
@@ -63,8 +64,10 @@ def take_snapshot(
     metrics, unread = metrics_for(target, configured, config.metrics.timeout_s)
     if unread is not None:
         log.warning("vLLM's /metrics will not be read: %s", unread)
+    custom = custom_reader(config.custom_metrics, config.metrics.timeout_s,
+                           metrics.url if metrics else None)  # fmt: skip
     readers = WindowReaders(procfs=procfs, metrics=metrics, metrics_unread=unread,
-                            gpu=open_gpu_reader(config.gpu),
+                            gpu=open_gpu_reader(config.gpu), custom=custom,
                             host_procfs=host_procfs(config.target.host_proc))  # fmt: skip
     began = time.monotonic()
     try:

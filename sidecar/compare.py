@@ -347,6 +347,9 @@ class Comparison:
     per_request: tuple[Change, ...]  # CPU seconds per request: estimates, not tested
     tested: int  # m: the comparisons the family-wise level is spread over
     alpha: float
+    # The operator's custom metrics (schema 4), one value a window, tested as a family of
+    # their own (their m apart from `tested`): they do not move the diff's verdict or gate.
+    custom: tuple[Change, ...] = ()
 
     @property
     def significant(self) -> tuple[Change, ...]:
@@ -411,7 +414,27 @@ def compare(a: Side, b: Side, alpha: float = ALPHA) -> Comparison:
         ),
         tested=sum(c.tested for c in (*shares, *cores, *costs, *serving)),
         alpha=alpha,
+        custom=tuple(_simultaneous(_custom_changes(a, b), alpha)),
     )
+
+
+def _custom_changes(a: Side, b: Side) -> list[Change]:
+    """Each custom metric either side recorded: the mean of its windows' values, B over A,
+    Welch on the log scale over the windows when both sides have two or more (as a latency)."""
+    names = list(dict.fromkeys(m.name for side in (a, b) for s in side.summaries
+                               for m in s.custom))  # fmt: skip
+    out = []
+    for name in names:
+        va, vb = ([m.value for s in side.summaries for m in s.custom
+                   if m.name == name and m.value is not None] for side in (a, b))  # fmt: skip
+        kinds = {(m.kind, m.unit) for side in (a, b) for s in side.summaries for m in s.custom
+                 if m.name == name}  # fmt: skip
+        change = replace(_window_change(name, va, vb), kind="custom")
+        if len(kinds) > 1:
+            why = "measured differently on the two sides (kind or unit): not tested"
+            change = replace(change, estimate=None, se=None, df=None, note=why)
+        out.append(change)
+    return out
 
 
 ONE_WINDOW = (

@@ -20,6 +20,7 @@ import yaml
 
 from sidecar import units as u
 from sidecar.advice_rules import load_advice
+from sidecar.custom_spec import CustomMetricSpec, parse_custom_metrics
 from sidecar.errors import ConfigError
 from sidecar.rules import load_rules
 from sidecar.units import Unfit, Unit, kind_of
@@ -108,6 +109,9 @@ class Config:
     rules: Path | None = field(default=None, metadata=unit(u.PATH, optional=True))
     # The advice.yaml the findings come from; None: the built-in configs/advice.yaml.
     advice: Path | None = field(default=None, metadata=unit(u.PATH, optional=True))
+    # Extra Prometheus series per snapshot (sidecar/custom_spec.py): a list, so the file only
+    # (no variable or flag sets it); validated on load like every setting.
+    custom_metrics: tuple[CustomMetricSpec, ...] = ()
     source: str = "defaults"  # not a setting: the file the configuration came from
 
 
@@ -177,14 +181,17 @@ def load_config(
     Raises ConfigError, and nothing else, for any bad input; the rules file a config names is
     loaded once here, so a broken one fails the start (or the reload) rather than a window.
     """
+    data = _read_yaml(Path(path)) if path is not None else {}
     entries = [
-        *(_file_entries(Path(path)) if path is not None else ()),
+        *(_file_entries(data, Path(path)) if path is not None else ()),
         *_env_entries(os.environ if environ is None else environ),
         # A flag left out arrives as None: it leaves the layers below alone.
         *((k, v, (origin or _flag_origin)(k)) for k, v in (flags or {}).items() if v is not None),
     ]
     config, origins = _apply(defaults, entries)
-    config = replace(config, source=str(path) if path else "defaults")
+    custom = (parse_custom_metrics(data[CUSTOM], f"file {path}") if CUSTOM in data
+              else defaults.custom_metrics)  # fmt: skip
+    config = replace(config, source=str(path) if path else "defaults", custom_metrics=custom)
     validate(config)
     _check_rules(config, origins.get("rules", "defaults"))
     _check_advice(config, origins.get("advice", "defaults"))
@@ -210,10 +217,14 @@ def snapshot_options(values: Mapping[str, Any]) -> SnapshotOptions:
 # ------------------------------------------------------------------------------------- layers
 
 
-def _file_entries(path: Path) -> Iterator[Entry]:
-    data = _read_yaml(path)
+CUSTOM = "custom_metrics"
+
+
+def _file_entries(data: Mapping[Any, Any], path: Path) -> Iterator[Entry]:
     where = f"file {path}"
     for key, value in data.items():
+        if key == CUSTOM:
+            continue  # a list of entries, not a setting: parse_custom_metrics reads it
         if key in _SECTIONS and value is None:
             continue  # a section with every setting commented out
         if key in _SECTIONS and not isinstance(value, Mapping):
@@ -279,7 +290,8 @@ def _field_for(key: str, where: str) -> Field[Any]:
         return known[name]
     top = _settings(Config)
     if dot or key not in top:
-        raise ConfigError(f"unknown setting `{key}` ({where}); known: {sorted([*_SECTIONS, *top])}")
+        names = sorted([*_SECTIONS, *top, CUSTOM])
+        raise ConfigError(f"unknown setting `{key}` ({where}); known: {names}")
     return top[key]
 
 

@@ -155,6 +155,13 @@ def verdict(c: Comparison, top: int = 6) -> list[str]:
         lines.append(f"The workload differs ({c.mix_differs}): costs per token and per "
                      "request and latencies compare unlike work, and --fail-on does not gate "
                      "on them.")  # fmt: skip
+    custom = [ch for ch in c.custom if ch.significant]
+    if custom:
+        lines.append(
+            "Custom metrics (tested apart): "
+            + "; ".join(f"{ch.name} {_ratio_words(ch.change)}" for ch in custom)
+            + "."
+        )
     found = c.significant
     if not found:
         lines.append(
@@ -217,6 +224,12 @@ def render_text(
     out += ["", "[Diff] Serving figures:"]
     out.append(table(["figure", "A", "B", "B/A", "interval", ""],
                      [_ratio_row(ch, None, "{:.4g}")[1:] for ch in c.serving]))  # fmt: skip
+    if c.custom:
+        m = sum(ch.tested for ch in c.custom)
+        out += ["", "[Diff] Custom metrics (mean of the windows' values; tested apart from the "
+                f"figures above, simultaneous 95 % intervals over their own m = {m}):"]  # fmt: skip
+        out.append(table(["metric", "A", "B", "B/A", "interval", ""],
+                         [_ratio_row(ch, None, "{:.4g}")[1:] for ch in c.custom]))  # fmt: skip
     if fail:
         out += ["", "[Diff] Regressions beyond --fail-on:"]
         out += [f"- {_words(ch)}" for ch in fail]
@@ -336,6 +349,7 @@ def to_json(
         "costs": [change(ch) for ch in c.costs],
         "per_request": [change(ch) for ch in c.per_request],
         "serving": [change(ch) for ch in c.serving],
+        "custom": [change(ch) for ch in c.custom],
         "significant": [change(ch) for ch in c.significant],
         "regressions": [change(ch) for ch in fail],
         "findings": changes_json(found) if found is not None else None,

@@ -17,7 +17,8 @@ from sidecar.errors import SidecarError
 from sidecar.pipeline import metrics_source_for, open_gpu_reader
 from sidecar.procfs import ProcFs
 from sidecar.pyspy import PTRACE_HELP, SubprocessPySpy, explain_failure
-from sidecar.vllm_metrics import take_scrape
+from sidecar.vllm_metrics import HttpMetricsSource, MetricsScrape, take_scrape
+from sidecar.vllm_metrics.custom import probe
 
 CAP_SYS_PTRACE = 19
 _T = TypeVar("_T")
@@ -49,6 +50,7 @@ def run_checks(config: Config) -> list[Check]:
     checks.append(_nvml(config))
     if target is not None:
         checks.append(_metrics(config, target))
+    checks += _custom(config, target)
     checks.append(_output(config))
     return checks
 
@@ -113,6 +115,32 @@ def _metrics(config: Config, target: Deployment) -> Check:
         return Check("metrics", Status.OK, f"{source.url}: {len(scrape.samples)} series")
     return Check("metrics", Status.WARN, f"{source.url}: {scrape.error or 'no vllm: metrics'}",
                  "set metrics.url / --metrics-url to vLLM's OpenAI server /metrics")  # fmt: skip
+
+
+def _custom(config: Config, target: Deployment | None) -> list[Check]:
+    """Each custom metric found in one scrape of its URL (a WARN: a window still runs)."""
+    vllm_url = None
+    if target is not None and any(s.url is None for s in config.custom_metrics):
+        try:
+            vllm_url = metrics_source_for(target, config.metrics.url, 1.0).url
+        except SidecarError:
+            vllm_url = None  # the metrics check says why
+    scrapes: dict[str, MetricsScrape] = {}
+    checks = []
+    for spec in config.custom_metrics:
+        url = spec.url or vllm_url
+        if url is None:
+            why = "on vLLM's /metrics, which has no target to be read from"
+            checks.append(Check(f"custom {spec.name}", Status.WARN, why))
+            continue
+        if url not in scrapes:
+            source = HttpMetricsSource(url, config.metrics.timeout_s, vllm=url == vllm_url)
+            scrapes[url] = take_scrape(source, vllm=False)
+        found, detail = probe(spec, scrapes[url])
+        fix = "" if found else "correct custom_metrics' url, metric or labels (see the detail)"
+        checks.append(Check(f"custom {spec.name}", Status.OK if found else Status.WARN, detail,
+                            fix))  # fmt: skip
+    return checks
 
 
 def _output(config: Config) -> Check:

@@ -39,6 +39,7 @@ from sidecar.schedule import Schedule
 from sidecar.snapshot import Snapshot
 from sidecar.store import DiskState, Retention, SnapshotStore, WriteOutcome, check_writable
 from sidecar.vllm_metrics import HttpMetricsSource, MetricsScrape, MetricsSource, take_scrape
+from sidecar.vllm_metrics.custom import custom_reader
 
 
 class Store(Protocol):
@@ -166,10 +167,12 @@ def real_collector(
                       fail_fast=first)  # fmt: skip
     metrics, unread = metrics_for(target, parts.metrics, config.metrics.timeout_s)
     watch = _ScrapeWatch()
+    custom = custom_reader(config.custom_metrics, config.metrics.timeout_s,
+                           metrics.url if metrics else None)  # fmt: skip
     readers = WindowReaders(procfs=parts.procfs, metrics=metrics, gpu=parts.gpu,
                             host_procfs=host_procfs(config.target.host_proc),
                             metrics_unread=unread, scrape=watch.scrape,
-                            fingerprints=parts.fingerprints)  # fmt: skip
+                            fingerprints=parts.fingerprints, custom=custom)  # fmt: skip
     return _Window(target, sampler, parts.classifier, readers, watch)
 
 

@@ -4,7 +4,8 @@
     parse      each segment's `record -f raw` text into stacks          (parsers.parse_raw)
     classify   each distinct stack to a role, phase and stage           (classifier)
     aggregate  phase shares per role and main thread, stage counts      (aggregate)
-    readings   psutil, NVML, vLLM's /metrics, the KV cache's size       (WindowReaders)
+    readings   psutil, NVML, vLLM's /metrics, the KV cache's size,
+               the operator's custom metrics                            (WindowReaders)
     fingerprint  what the target ran: read once per target, plus the
                window's attention backend and GPUs                      (fingerprint)
     snapshot   the frozen record of it all                              (snapshot)
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,7 +42,7 @@ from sidecar.modelconfig import kv_inputs, serve_args
 from sidecar.pidmap import PidMap
 from sidecar.procfs import ProcFs
 from sidecar.records import ProcessInfo, Role
-from sidecar.records.readings import KvCache, ServingFigures
+from sidecar.records.readings import CustomMetric, KvCache, ServingFigures
 from sidecar.records.summary import Fingerprint
 from sidecar.resources import PsutilReader, cpu_time
 from sidecar.rules import RuleSet
@@ -56,6 +57,7 @@ from sidecar.vllm_metrics import (
     serving_figures,
     take_scrape,
 )
+from sidecar.vllm_metrics.custom import CustomReader
 from sidecar.vllm_metrics.endpoint import MetricsUrlError
 
 log = logging.getLogger("vllm_sidecar")
@@ -75,7 +77,7 @@ def profile_window(
     # Each segment's CPU per role and vLLM's counters too: the units `diff` compares.
     # The first lap starts from the window's first scrape, and the window's figures end at the
     # last lap's: a segment boundary costs one scrape, the window no extra one.
-    laps = SegmentLaps(target.processes, readers.metrics, readers.scrape, readers.cpu,
+    laps = SegmentLaps(target.processes, readers.metrics, readers.take, readers.cpu,
                        first=started.scrape)  # fmt: skip
     sampler.laps = laps
     # sample + parse: py-spy records a segment, its raw text is parsed as the segment ends
@@ -105,6 +107,7 @@ class Started:
     pidmap: PidMap | None
     gpu: GpuReading | None
     poller: UtilizationPoller | None
+    custom: Mapping[str, MetricsScrape] = field(default_factory=dict)  # other URLs' first
 
 
 @dataclass
@@ -120,18 +123,30 @@ class WindowReaders:
     scrape: Callable[[MetricsSource], MetricsScrape] = take_scrape  # the daemon counts failures
     fingerprints: FingerprintCache = field(default_factory=FingerprintCache)  # the daemon's lasts
     cpu: Callable[[int], float | None] = cpu_time  # a process's CPU seconds (psutil)
+    custom: CustomReader | None = None  # the config's custom_metrics; None: none configured
+    # This window's scrapes of vLLM's /metrics, in order: first, segment boundaries, last (a
+    # custom gauge on vLLM's URL is the mean of them all).
+    window_scrapes: list[MetricsScrape] = field(default_factory=list)
+
+    def take(self, source: MetricsSource) -> MetricsScrape:
+        """One scrape of vLLM's /metrics, kept for the window's custom metrics."""
+        scrape = self.scrape(source)
+        self.window_scrapes.append(scrape)
+        return scrape
 
     def start(self, target: Deployment) -> Started:
         self.psutil_reader.start(target.processes)
-        scrape = self.scrape(self.metrics) if self.metrics else None
+        self.window_scrapes = []
+        scrape = self.take(self.metrics) if self.metrics else None
+        custom = self.custom.start() if self.custom else {}
         if self.gpu is None:
-            return Started(scrape, None, None, None)
+            return Started(scrape, None, None, None, custom)
         # Once a window (the target's PIDs do not change within it), and only for NVML.
         pidmap = PidMap.build(self.procfs, target.pids, host_procfs=self.host_procfs)
         at_start = self.gpu.read(pidmap)  # opens NVML if it is not yet: before the poller
         poller = UtilizationPoller(self.gpu)
         poller.start()
-        return Started(scrape, pidmap, at_start, poller)
+        return Started(scrape, pidmap, at_start, poller, custom)
 
     def finish(
         self,
@@ -152,8 +167,23 @@ class WindowReaders:
             gpu_figures=figures,
             gpu_util_start=_mean_util(started.gpu, figures),
             serving=self._serving(started.scrape, last),
+            custom=self._custom(started),
         )
         return readings.with_kv_cache(self._kv_cache(target, readings, figures))
+
+    def _custom(self, started: Started) -> tuple[CustomMetric, ...]:
+        """The custom metrics; a bug here costs them (each None, with why), never the window."""
+        if self.custom is None:
+            return ()
+        url = self.metrics.url if self.metrics else None
+        try:
+            return self.custom.finish(started.custom, url, self.window_scrapes,
+                                      self.metrics_unread)  # fmt: skip
+        except Exception as exc:
+            log.warning("custom metrics not read: %s", exc, exc_info=True)
+            why = f"not read: {type(exc).__name__}: {exc}"
+            return tuple(CustomMetric(name=s.name, kind="mean", value=None, reason=why,
+                                      metric=s.metric) for s in self.custom.specs)  # fmt: skip
 
     def fingerprint(
         self, target: Deployment, window: Window, r: Readings, rules: RuleSet
@@ -169,7 +199,7 @@ class WindowReaders:
 
     def _serving(self, first: MetricsScrape | None, last: MetricsScrape | None) -> ServingFigures:
         if first is not None and self.metrics is not None:
-            end = last if last is not None and last.ok else self.scrape(self.metrics)
+            end = last if last is not None and last.ok else self.take(self.metrics)
             return serving_figures(first, end)
         if self.metrics_unread is not None:
             return ServingFigures(reason=f"metrics not read: {self.metrics_unread}")

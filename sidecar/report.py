@@ -19,7 +19,7 @@ from sidecar.computation import PER_REQUEST_QUESTION, SPLIT_HOW, STEP_QUESTION, 
 from sidecar.gpu import GpuFigures, figures_of
 from sidecar.kvcache import kv_cache_text
 from sidecar.records import Phase
-from sidecar.records.readings import KvCache, ServingFigures
+from sidecar.records.readings import CustomMetric, KvCache, ServingFigures
 from sidecar.records.summary import SnapshotSummary
 from sidecar.render import ROLE_COLUMNS, phase_table, table
 from sidecar.sizes import format_pair, format_share
@@ -41,6 +41,7 @@ def _data(s: SnapshotSummary, ev: Evaluation) -> dict[str, Any]:
         "computation": _computation(s),
         "throughput": _throughput(s),
         "findings": findings_json(ev),
+        "custom": [asdict(m) for m in s.custom],
         "software": _software(s),
         "phases": {"by_role": s.by_role, "main_thread": s.main_thread},
         "stages": _stages(s),
@@ -187,7 +188,8 @@ def profile_block(s: SnapshotSummary) -> str:
     report's head without its findings, which the HTML page shows in a section of their own."""
     d = report_data(s)
     parts = [_render_memory(d["memory"], s.kv_cache), _render_computation(d["computation"]),
-             _render_throughput(d["throughput"]), _render_software(d["software"])]  # fmt: skip
+             _render_throughput(d["throughput"]), *_render_custom(s.custom),
+             _render_software(d["software"])]  # fmt: skip
     return "\n".join(parts)
 
 
@@ -196,7 +198,7 @@ def render(s: SnapshotSummary, advice: AdviceRules | None = None) -> str:
     d = _data(s, ev)
     findings = render_findings(ev, gpu_host=s.gpu.available)
     parts = [_render_memory(d["memory"], s.kv_cache), _render_computation(d["computation"]),
-             _render_throughput(d["throughput"]), "\n".join(findings),
+             _render_throughput(d["throughput"]), *_render_custom(s.custom), "\n".join(findings),
              _render_software(d["software"]), "",
              "Memory breakdown:",
              _render_processes(d["processes"], s.kv_cache), "",
@@ -262,6 +264,33 @@ def _render_throughput(t: Mapping[str, Any]) -> str:
     return (f"[Profile] Throughput:\n- Requests: {t['requests_per_s']:.1f} req/s\n"
             f"- Tokens: {_rate(t['generation_tokens_per_s'])} tokens/s"
             f"{f' (prompt: {prompt:.0f} tokens/s)' if prompt is not None else ''}")  # fmt: skip
+
+
+def _render_custom(metrics: tuple[CustomMetric, ...]) -> list[str]:
+    """`[Profile] Custom metrics:` the config's custom_metrics (no block when none is set)."""
+    if not metrics:
+        return []
+    lines = ["[Profile] Custom metrics:"]
+    for m in metrics:
+        where = f"{m.metric}{_labels(m.labels)} at {m.source or 'vLLM /metrics'}"
+        if m.value is None:
+            lines.append(f"- {m.name}: not measured ({m.reason or 'no value'}; {where})")
+            continue
+        how = f"; {m.how}" if m.how else ""
+        lines.append(f"- {m.name}: {custom_value(m)} ({m.kind}; {where}{how})")
+    return ["\n".join(lines)]
+
+
+def custom_value(m: CustomMetric) -> str:
+    """`12.5 /s`, `0.031 s`, `n/a`: a custom metric's value with its unit."""
+    if m.value is None:
+        return "n/a"
+    unit = f" {m.unit}" if m.unit else ""
+    return f"{m.value:.4g}{unit}"
+
+
+def _labels(labels: Mapping[str, str]) -> str:
+    return "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else ""
 
 
 def _render_software(f: Mapping[str, Any]) -> str:

@@ -12,7 +12,13 @@ from sidecar.aggregate import LabelledStack, PhaseSummary, label_stacks, summari
 from sidecar.classifier import STEP_PHASES, Classifier
 from sidecar.gpu import GpuFigures, GpuReading
 from sidecar.records import ProcessInfo, Role
-from sidecar.records.readings import HostMemory, KvCache, ProcessStats, ServingFigures
+from sidecar.records.readings import (
+    CustomMetric,
+    HostMemory,
+    KvCache,
+    ProcessStats,
+    ServingFigures,
+)
 from sidecar.records.summary import (
     Fingerprint,
     GpuSection,
@@ -37,6 +43,7 @@ class Readings:
     gpu_util_start: float | None = None
     serving: ServingFigures | None = None
     kv_cache: KvCache | None = None
+    custom: tuple[CustomMetric, ...] = ()  # the config's custom_metrics, in its order
 
     def with_kv_cache(self, kv: KvCache | None) -> Readings:
         return replace(self, kv_cache=kv)
@@ -90,6 +97,7 @@ class Snapshot:
             gpu=_gpu_section(self.readings),
             serving=self.readings.serving or ServingFigures(reason="vLLM /metrics not read"),
             kv_cache=self.readings.kv_cache,
+            custom=self.readings.custom,
         )
 
     def stack_rows(self, kind: str | None = None) -> list[dict[str, Any]]:

@@ -101,8 +101,13 @@ def _from_v2(data: dict[str, Any]) -> dict[str, Any]:
     return dict(data, schema=3)
 
 
+def _from_v3(data: dict[str, Any]) -> dict[str, Any]:
+    """Schema 3 -> 4: 4 adds `custom` (the operator's own Prometheus series); 3 recorded none."""
+    return dict(data, schema=4, custom=[])
+
+
 # UPGRADES[n - 1] turns schema n into schema n + 1.
-UPGRADES: tuple[Callable[[dict[str, Any]], dict[str, Any]], ...] = (_from_v1, _from_v2)
+UPGRADES: tuple[Callable[[dict[str, Any]], dict[str, Any]], ...] = (_from_v1, _from_v2, _from_v3)
 assert len(UPGRADES) == SCHEMA_VERSION - 1, "every older schema needs its upgrade"
 
 

@@ -21,7 +21,7 @@ import pandas as pd
 from sidecar.changepoints import change_points
 from sidecar.errors import ConfigError, InputError
 from sidecar.render import table
-from sidecar.trend_table import SERVING, SHARE_PREFIXES
+from sidecar.trend_table import CUSTOM_PREFIX, SERVING, SHARE_PREFIXES
 
 MAX_POINTS = 800  # beyond this many rows, change points run on bucket medians
 TABLE_ROWS = 32  # the text table's buckets, at most
@@ -106,14 +106,16 @@ def select_series(rows: pd.DataFrame, patterns: Sequence[str]) -> list[str]:
     filled = [c for c in numeric if present[c]]
     if not patterns:
         top = [c for role in ROLES for c in _top_phases(rows, filled, role)]
-        return top + [c for c in DEFAULT_SERVING if c in filled]
+        custom = [c for c in filled if c.startswith(CUSTOM_PREFIX)]
+        return top + [c for c in DEFAULT_SERVING if c in filled] + custom
     chosen: list[str] = []
     for pattern in patterns:
         matched = [c for c in numeric if fnmatch.fnmatchcase(c, pattern)]
         if not matched:
             raise ConfigError(
                 f"--series {pattern!r} names no column: give one of {', '.join(SERVING)}, "
-                "share.<role>.<phase> or main.<role>.<phase> (patterns like share.worker.* work)"
+                "share.<role>.<phase>, main.<role>.<phase> or custom.<name> (patterns like "
+                "share.worker.* work)"
             )
         if len(matched) > 1:  # a pattern: leave out phases never seen (0 throughout)
             matched = [c for c in matched if (numbers[c].fillna(0.0) != 0.0).any()]
@@ -294,6 +296,8 @@ def _summary_cells(s: SeriesTrend) -> list[str]:
 def _fmt(name: str, value: float) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
+    if name.startswith(CUSTOM_PREFIX):  # the operator's own units: the number as it is
+        return f"{value:.4g}"
     if name.startswith(tuple(p + "." for p in SHARE_PREFIXES)) or name == "kv_cache_usage":
         return f"{100 * value:.1f}%"
     if name.endswith("_s") and not name.endswith("per_s"):

@@ -26,6 +26,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from sidecar.trend import ROLES, Trend, short_name
+from sidecar.trend_table import CUSTOM_PREFIX
 
 PANEL_H = 2.4  # inches per panel
 MANY_BASELINES = 40  # beyond this, baselines are ticks at the foot rather than full lines
@@ -42,8 +43,12 @@ def trend_figure(trend: Trend) -> Figure:
     ]  # fmt: skip
     other_shares = [n for n in names if n.startswith("main.") or n.startswith("share.other.")]
     panels.append(("other shares (%)", other_shares, 100.0))
-    panels.append(("throughput (per s)", [n for n in names if n.endswith("per_s")], 1.0))
-    latency = [n for n in names if n.endswith("_s") and not n.endswith("per_s")]
+    custom = [n for n in names if n.startswith(CUSTOM_PREFIX)]  # before the suffix rules below
+    panels.append(("custom metrics (as configured)", custom, 1.0))
+    panels.append(("throughput (per s)",
+                   [n for n in names if n.endswith("per_s") and n not in custom], 1.0))  # fmt: skip
+    latency = [n for n in names if n.endswith("_s") and not n.endswith("per_s")
+               and n not in custom]  # fmt: skip
     panels.append(("latency (ms)", latency, 1000.0))
     plain = [n for n in names if not any(n in p[1] for p in panels)]
     panels.append(("other figures", plain, 1.0))

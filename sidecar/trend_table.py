@@ -45,6 +45,7 @@ SERVING = (
     "prefill_time_mean_s", "decode_time_mean_s", "kv_cache_usage", "preemptions",
     "requests_running", "requests_waiting",
 )  # fmt: skip
+CUSTOM_PREFIX = "custom."  # + the custom metric's name (config custom_metrics)
 # Share columns: `share.<role>.<phase>` over all the role's threads (the summary's by_role),
 # `main.<role>.<phase>` over each process's main thread (main_thread).
 SHARE_PREFIXES = {"share": "by_role", "main": "main_thread"}
@@ -90,6 +91,9 @@ def summary_row(summary: SnapshotSummary, name: str | None = None) -> dict[str, 
         "gpu_util_pct": _gpu_util(summary),
         **{f: getattr(s, f) for f in SERVING},
         **fingerprint_columns(fp),
+        # The operator's custom metrics (schema 4): a float column each, `custom.<name>`,
+        # added to the fixed schema as the rows bring them (rows_to_table).
+        **{f"{CUSTOM_PREFIX}{m.name}": m.value for m in summary.custom},
     }
     for prefix, section in SHARE_PREFIXES.items():
         for role, shares in getattr(summary, section).items():

@@ -50,6 +50,8 @@ HELP: Mapping[str, tuple[str, str]] = {
     "serving_prefill_seconds_mean": ("gauge", "Mean prefill time per request over the window."),
     "serving_decode_seconds_mean": ("gauge", "Mean decode time per request over the window."),
     "serving_ttft_seconds": ("gauge", "Time to first token over the window, by quantile."),
+    "custom": ("gauge", "A custom metric (config custom_metrics) over the window: a rate per "
+               "second, a mean or a last value, as `kind` says; absent when not measured."),
     "last_snapshot_timestamp_seconds": ("gauge", "When the last snapshot of this kind was done."),
     "snapshot_age_seconds": ("gauge", "Seconds since the last snapshot of this kind."),
     "snapshot_lateness_seconds": ("gauge", "How late the latest window started."),
@@ -167,6 +169,9 @@ def _add_summary(out: _Families, summary: SnapshotSummary, target: dict[str, str
         out.add("stage_samples", {**target, "stage": stage}, n)
     _add_gpu(out, summary, target)
     _add_serving(out, summary.serving, summary.kv_cache, target)
+    for m in summary.custom:  # one series per custom metric; None (not measured): absent
+        out.add("custom", {**target, "name": m.name, "kind": m.kind, "unit": m.unit or ""},
+                m.value)  # fmt: skip
 
 
 def _add_findings(out: _Families, view: ExporterView, target: dict[str, str]) -> None:

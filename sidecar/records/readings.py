@@ -4,7 +4,8 @@ and vLLM's own serving figures (/metrics). The adapters that produce them live i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,3 +97,29 @@ class KvCache:
             return False
         block = (self.block_size or 1) * (self.bytes_per_token or 1)
         return abs(self.budget_bytes_per_gpu - self.allocated_bytes_per_gpu) >= block
+
+
+@dataclass(frozen=True, slots=True)
+class CustomMetric:
+    """One operator-listed Prometheus series over the window (config `custom_metrics`).
+
+    `kind` says what `value` is: "rate" (a counter's increase per second between the window's
+    first and last scrape of `source`), "mean" (a gauge averaged over the window's scrapes, or
+    a histogram's or summary's mean observation: sum over count of the window's deltas) or
+    "last" (the value at the window's last scrape). `value` None: `reason` says why (a URL that
+    failed, a family not found, no series matching `labels`). `how` says which scrapes made it.
+    """
+
+    name: str  # the operator's name for it, shown everywhere
+    kind: str  # "rate" | "mean" | "last"
+    value: float | None
+    reason: str | None = None
+    unit: str | None = None  # e.g. "/s", "s", "B"; None: not known
+    source: str | None = None  # the URL scraped
+    metric: str = ""  # the Prometheus family name
+    type: str | None = None  # the family's type as read or configured (counter, gauge, ...)
+    labels: Mapping[str, str] = field(default_factory=dict)  # the label match (all given)
+    series: int = 0  # label sets matched and summed
+    samples: int = 0  # the scrapes the value was computed from
+    window_s: float | None = None  # between the first and last of them
+    how: str | None = None

@@ -16,6 +16,9 @@ Versions:
      sampling.blocks: role x phase sample counts per py-spy segment, the units the comparison
      of two snapshots (`vllm-sidecar diff`) estimates its intervals from; `deployment`.
      Summaries of 1 and 2 read with no fingerprint and no blocks (a diff then says so).
+  4  custom: the operator's own Prometheus series (config `custom_metrics`), each a rate, a
+     mean or a last value over the window, or None with the reason. Summaries of 1 to 3 read
+     with none (custom = ()).
 """
 
 from __future__ import annotations
@@ -27,9 +30,15 @@ from sidecar.gpu.records import GpuDevice
 from sidecar.gpu.target import TargetGpus
 from sidecar.gpu.utilization import GpuUtilization
 from sidecar.records import Role
-from sidecar.records.readings import HostMemory, KvCache, ProcessStats, ServingFigures
+from sidecar.records.readings import (
+    CustomMetric,
+    HostMemory,
+    KvCache,
+    ProcessStats,
+    ServingFigures,
+)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +174,7 @@ class SnapshotSummary:
     gpu: GpuSection = field(default_factory=GpuSection)
     serving: ServingFigures = field(default_factory=ServingFigures)
     kv_cache: KvCache | None = None
+    custom: tuple[CustomMetric, ...] = ()  # schema 4; () when none configured or read from 1-3
 
     @property
     def samples(self) -> int:

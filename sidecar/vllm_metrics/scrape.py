@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
@@ -43,6 +43,10 @@ class MetricsScrape:
     samples: Mapping[str, Series]
     error: str | None = None
     fetch_s: float = 0.0
+    # family name -> its `# TYPE` as prometheus_client's parser read it ("counter", "gauge",
+    # "histogram", "summary", "unknown" without a TYPE line): what `kind: auto` of a custom
+    # metric goes by. Counter families are named without `_total`.
+    types: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -60,9 +64,17 @@ def failed_scrape(
 
 
 def parse_scrape(
-    text: str, *, url: str, taken_at: float, wall: float, fetch_s: float = 0.0
+    text: str,
+    *,
+    url: str,
+    taken_at: float,
+    wall: float,
+    fetch_s: float = 0.0,
+    vllm: bool = True,
 ) -> MetricsScrape:
-    """Parse Prometheus text format (0.0.4) into a `MetricsScrape`; never raises."""
+    """Parse Prometheus text format (0.0.4) into a `MetricsScrape`; never raises. `vllm`:
+    refuse an answer without `vllm:` metrics (False for another exporter: a custom metric's
+    router or application)."""
 
     def failed(error: str) -> MetricsScrape:
         return failed_scrape(url, error, taken_at=taken_at, wall=wall, fetch_s=fetch_s)
@@ -84,12 +96,14 @@ def parse_scrape(
             f"{_first_line(text)!r}"
         )
     samples = _samples_by_name(families)
-    if not any(name.startswith(VLLM_PREFIX) for name in samples):
+    if vllm and not any(name.startswith(VLLM_PREFIX) for name in samples):
         return failed(
             f"no vllm: metrics at {url}: it answers Prometheus text, but not vLLM's (the sidecar "
             "needs the OpenAI server's /metrics, `vllm serve`)"
         )
-    return MetricsScrape(url, taken_at, wall, samples, fetch_s=fetch_s)
+    created = {f"{f.name}_created" for f in families if f.type in _CREATED_OWNERS}
+    types = {f.name: f.type for f in families if f.name not in created}
+    return MetricsScrape(url, taken_at, wall, samples, fetch_s=fetch_s, types=types)
 
 
 def _samples_by_name(families: list[Metric]) -> dict[str, Series]:

@@ -45,6 +45,7 @@ class HttpMetricsSource:
 
     url: str
     timeout_s: float = DEFAULT_TIMEOUT_S
+    vllm: bool = True  # False: another exporter (a custom metric's URL); its errors say so
     _opener: urllib.request.OpenerDirector = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -64,14 +65,16 @@ class HttpMetricsSource:
                 # read(n) returns short, without IncompleteRead, when the peer hangs up early.
                 expected = response.headers.get("Content-Length", "")
         except urllib.error.HTTPError as error:
-            raise ScrapeError(_http_status_message(self.url, error.code, error.reason)) from None
+            raise ScrapeError(
+                _http_status_message(self.url, error.code, error.reason, vllm=self.vllm)
+            ) from None
         except http.client.IncompleteRead as error:
             raise ScrapeError(
                 f"garbage: truncated answer from {self.url} ({len(error.partial)} bytes read, "
                 f"{error.expected} more expected)"
             ) from None
         except (OSError, http.client.HTTPException, ValueError) as error:
-            raise ScrapeError(f"no /metrics at {self.url}: {_why(error)}") from None
+            raise ScrapeError(f"no /metrics at {self.url}: {_why(error, self.vllm)}") from None
         if expected.isdigit() and len(body) < int(expected):
             raise ScrapeError(
                 f"garbage: truncated answer from {self.url} ({len(body)} bytes read, "
@@ -84,15 +87,19 @@ def take_scrape(
     source: MetricsSource,
     clock: Callable[[], float] = time.monotonic,
     wall_clock: Callable[[], float] = time.time,
+    *,
+    vllm: bool = True,
 ) -> MetricsScrape:
-    """Fetch and parse one scrape; a failure is returned as a scrape with `error` set."""
+    """Fetch and parse one scrape; a failure is returned as a scrape with `error` set.
+    `vllm` False: any exporter's text is accepted (a custom metric's other URL)."""
     started, wall = clock(), wall_clock()
     text, failure = _fetch(source)
     ended = clock()
     taken_at, fetch_s = (started + ended) / 2, ended - started
     if failure is not None:
         return failed_scrape(source.url, failure, taken_at=taken_at, wall=wall, fetch_s=fetch_s)
-    return parse_scrape(text, url=source.url, taken_at=taken_at, wall=wall, fetch_s=fetch_s)
+    return parse_scrape(text, url=source.url, taken_at=taken_at, wall=wall, fetch_s=fetch_s,
+                        vllm=vllm)  # fmt: skip
 
 
 def _fetch(source: MetricsSource) -> tuple[str, str | None]:
@@ -105,8 +112,8 @@ def _fetch(source: MetricsSource) -> tuple[str, str | None]:
         return "", f"scrape of {source.url} failed: {type(error).__name__}: {error}"
 
 
-def _http_status_message(url: str, status: int, reason: object) -> str:
-    if status == 404:
+def _http_status_message(url: str, status: int, reason: object, *, vllm: bool = True) -> str:
+    if status == 404 and vllm:
         return (
             f"no /metrics at {url}: HTTP 404 (the demo server `python -m "
             "vllm.entrypoints.api_server` has no /metrics; profile the OpenAI server, `vllm "
@@ -115,11 +122,12 @@ def _http_status_message(url: str, status: int, reason: object) -> str:
     return f"no /metrics at {url}: HTTP {status} {reason}"
 
 
-def _why(error: BaseException) -> str:
+def _why(error: BaseException, vllm: bool = True) -> str:
     if isinstance(error, urllib.error.URLError) and isinstance(error.reason, BaseException):
         error = error.reason
     if isinstance(error, ConnectionRefusedError):
-        return "connection refused (is vLLM running, on this host and port?)"
+        who = "vLLM" if vllm else "the exporter"
+        return f"connection refused (is {who} running, on this host and port?)"
     if isinstance(error, TimeoutError):
         return "no answer within the timeout"
     return f"{type(error).__name__}: {error}"

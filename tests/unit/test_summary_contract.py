@@ -57,6 +57,7 @@ def test_a_schema1_snapshot_written_by_vllm_sidecar_0_1_is_read_and_reported() -
     assert raw["schema"] == 1
     s = read_summary(folder)
     assert s.schema == SCHEMA_VERSION and s.name == raw["name"]
+    assert s.custom == ()  # schema 4's custom metrics: 1 recorded none
     assert s.sampling.samples == raw["sampling"]["samples"]
     assert {r: dict(v) for r, v in s.by_role.items()} == raw["by_role"]
     assert s.serving.requests_per_s == raw["serving"]["requests_per_s"]

@@ -141,3 +141,19 @@ def test_the_cli_turns_bad_inputs_into_exit_codes(
     assert "is not a folder: point at the daemon's output.dir" in capsys.readouterr().err
     assert main(["export", "tensorboard", str(tmp_path)]) == 2  # --logdir is required
     assert "--logdir" in capsys.readouterr().err
+
+
+def test_custom_metrics_are_tags_of_their_own() -> None:
+    """Schema 4's `custom` section: a measured series is `custom/<name>`; one that was not
+    measured (its URL refused) writes no point rather than a 0."""
+    from dataclasses import replace
+
+    from sidecar.records.readings import CustomMetric
+
+    s = replace(read_summary(RECORDED[0]), custom=(
+        CustomMetric("tokens_out", "rate", 551.3, unit="/s", metric="vllm:generation_tokens"),
+        CustomMetric("router_queue", "mean", None, reason="connection refused"),
+    ))  # fmt: skip
+    tags = scalars(s)
+    assert tags["custom/tokens_out"] == 551.3
+    assert "custom/router_queue" not in tags
