@@ -62,6 +62,10 @@ _JSON_START = re.compile(r'\s*(?:\[\s*(?:[{\]]|$)|\{\s*["}])')
 # A raw line: several frames joined by ";", or one frame "fn (file)", then " COUNT".
 _RAW_LINE = re.compile(r"(?:\S.*;.*|\S.*\)) \d+")
 _PYTEST_STACK = re.compile(r"~+ Stack of .* \(\d+\) ~+")
+# Frame lines of a Python dump pasted without its header: faulthandler writes `line N in F`,
+# a traceback `line N, in F` (CPython Python/traceback.c and Lib/traceback.py).
+_FH_FRAME = re.compile(r'File "[^"]*", line (?:\d+|\?\?\?) in \S.*')
+_TB_FRAME = re.compile(r'File "[^"]*", line \d+, in \S.*')
 
 
 def detect_format(text: str) -> InputFormat:
@@ -78,6 +82,10 @@ def detect_format(text: str) -> InputFormat:
         return InputFormat.FAULTHANDLER
     if any(line.endswith("Traceback (most recent call last):") for line in body):
         return InputFormat.TRACEBACK
+    # Headerless fragments: whichever Python frame shape the lines hold (the readers warn).
+    fh, tb = (sum(bool(p.fullmatch(line)) for line in body) for p in (_FH_FRAME, _TB_FRAME))
+    if fh or tb:
+        return InputFormat.FAULTHANDLER if fh >= tb else InputFormat.TRACEBACK
     return InputFormat.PYSPY_DUMP
 
 

@@ -35,14 +35,18 @@ from sidecar.parsers.lines import (
 from sidecar.records import Frame, ParseResult, StackSample
 
 _TID = r"\d+|0[xX][0-9a-fA-F]+"
+# Reporters often redact the id: `Thread <pid> (active): "MainThread"` (vllm-project/vllm#42897).
+_DUMP_TID = rf"{_TID}|<\w+>"
 _PROCESS = re.compile(r"Process (?P<pid>\d+):(?: (?P<cmd>.*))?")
 _THREAD = re.compile(
-    rf'Thread (?P<tid>{_TID})(?: \((?P<status>idle|active|active\+gil|gil)\))?(?:: "(?P<name>.*)")?'
+    rf"Thread (?P<tid>{_DUMP_TID})"
+    r'(?: \((?P<status>idle|active|active\+gil|gil)\))?(?:: "(?P<name>.*)")?'
 )
 _IDLE = {"idle": True, "active": False, "active+gil": False}  # "gil" alone: activity not shown
 _IGNORED = re.compile(r"Python v\d|Parent Process \d+:|Signal \d+: |-{10,}$")
 _FRAME = re.compile(r"(?P<fn>.+) \((?P<loc>[^()]*)\)")  # greedy: the last "(...)" is the location
-_CUT_FRAME = re.compile(r"(?P<fn>[^()]+?) \([^()]*")  # "fn (vllm/v1/eng" at the end of a paste
+# "fn (vllm/v1/eng" at the end of a paste; the cut location still tells a native library
+_CUT_FRAME = re.compile(r"(?P<fn>[^()]+?) \((?P<loc>[^()]*)")
 _LOCAL = re.compile(r" {8,}\S| *[A-Za-z_]\w*: ")  # indented 8+, or "name: repr" when flattened
 
 _RAW_LINE = re.compile(r"(?P<stack>.*\S) (?P<count>\d+)")
@@ -97,8 +101,9 @@ class _DumpReader:
     def _add_frame(self, number: int, text: str) -> None:
         frame = parse_frame(text)
         if frame is None and (cut := _CUT_FRAME.fullmatch(text)):
-            frame = make_frame(cut["fn"].strip())
-            self._log.line(number, f"frame cut off, kept its function name only: {shown(text)}")
+            frame = _cut_frame(cut)
+            kept = f"its function and library {frame.file}" if frame.native else "its function only"
+            self._log.line(number, f"frame cut off, kept {kept}: {shown(text)}")
         if frame is None:
             self._log.line(number, f"not a py-spy frame or header: {shown(text)}")
             return
@@ -115,6 +120,14 @@ class _DumpReader:
 def parse_pyspy_dump(text: str, source: str | None = None) -> ParseResult:
     """`py-spy dump` text (also `--native`, `--locals`, `--subprocesses`, pasted or quoted)."""
     return parse_streams(_DumpReader, "pyspy_dump", text, source)
+
+
+def _cut_frame(cut: re.Match[str]) -> Frame:
+    """A frame cut inside its location: the function, and the library if it is a native one
+    (`cuEventSynchronize (libcuda.so.5` keeps `libcuda.so.5`, so native rules still apply)."""
+    function, location = cut["fn"].strip(), cut["loc"].strip()
+    native = make_frame(function, location)
+    return native if native.native else make_frame(function)
 
 
 def _raw_frame(text: str) -> Frame:

@@ -54,6 +54,7 @@ class _Reader:
     """Collects stacks of one stream; subclasses say which lines open and close a stack."""
 
     root_first = False
+    header = "header"
 
     def __init__(self, stream: Stream, log: WarningLog, source: str | None) -> None:
         self.stream, self.log, self.source = stream, log, source
@@ -84,6 +85,11 @@ class _Reader:
         else:
             return False
         if self.open is None:
+            self.log.line(
+                line.number,
+                f"frames with no {self.header} above them (a pasted fragment?): read as one "
+                "stack of an unnamed thread; paste the header too to name it",
+            )
             self.start()
         assert self.open is not None
         self.open.frames.append(frame)
@@ -94,6 +100,8 @@ class _Reader:
 
 
 class _FaulthandlerReader(_Reader):
+    header = "`Thread 0x... (most recent call first):` header"
+
     def feed(self, line: Line) -> None:
         text = line.text.strip()
         if m := _FH_HEADER.fullmatch(text):
@@ -110,6 +118,7 @@ class _FaulthandlerReader(_Reader):
 
 class _TracebackReader(_Reader):
     root_first = True
+    header = "`Traceback (most recent call last):` line"
 
     def feed(self, line: Line) -> None:
         text = line.text.strip()
@@ -121,6 +130,7 @@ class _TracebackReader(_Reader):
 
 class _PytestTimeoutReader(_Reader):
     root_first = True
+    header = "`~~~ Stack of NAME (ID) ~~~` line"
 
     def feed(self, line: Line) -> None:
         text = line.text.strip()
