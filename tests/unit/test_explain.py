@@ -101,3 +101,35 @@ def test_rules_suggest_cli_on_a_snapshot(capsys: pytest.CaptureFixture[str]) -> 
         assert 0 <= s["share"] <= 1
     assert main(["rules", "suggest", "--no-idle-waits", str(PREFILL)]) == 0
     assert "no rule to suggest" in capsys.readouterr().out
+
+
+def test_explain_and_suggest_name_the_fix_for_a_missing_input(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    missing = str(tmp_path / "nowhere.txt")
+    assert main(["classify", "--explain", missing]) != 0
+    assert "no such file" in capsys.readouterr().err
+    assert main(["rules", "suggest", str(tmp_path)]) != 0  # an empty folder: no snapshot
+    assert "stacks.parquet" in capsys.readouterr().err
+
+
+def test_paste_needs_a_rules_list() -> None:
+    from sidecar.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="no top-level `rules:`"):
+        paste("version: 1\n", "  - name: x\n")
+
+
+def test_suggest_uses_the_rules_file_given(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """With --rules, skeletons are pasted into that file: a rule it already has is not suggested."""
+    text = default_rules_path().read_text(encoding="utf-8")
+    read = read_input(DECODE_RAW)
+    (first,) = suggest(Classifier(load_rules()), read.stacks, read.roles, text, top=1,
+                       idle_waits=False)  # fmt: skip
+    own = tmp_path / "phases.yaml"
+    own.write_text(paste(text, first.skeleton))
+    out = run_json(capsys, "rules", "suggest", "--no-idle-waits", "--rules", str(own),
+                   "--format", "json", str(DECODE_RAW))  # fmt: skip
+    assert first.frame.label() not in [s["frame"] for s in out["suggestions"]]
