@@ -133,3 +133,9 @@ def test_suggest_uses_the_rules_file_given(
     out = run_json(capsys, "rules", "suggest", "--no-idle-waits", "--rules", str(own),
                    "--format", "json", str(DECODE_RAW))  # fmt: skip
     assert first.frame.label() not in [s["frame"] for s in out["suggestions"]]
+
+
+def test_classify_format_json_is_json(capsys: pytest.CaptureFixture[str]) -> None:
+    a = run_json(capsys, "classify", "--json", str(WORKER_DUMP))
+    b = run_json(capsys, "classify", "--format", "json", str(WORKER_DUMP))
+    assert a == b

@@ -100,6 +100,14 @@ PLUGIN_AND_NATIVE = [
     # NCCL's public API (src/nccl.h.in: ncclGroupEnd), matched by family where no Python frame
     # decides
     ((Frame("ncclGroupEnd", "libnccl.so.2", None, True),), Phase.COMMUNICATION),
+    # kernel launchers by name, from their sources: vLLM's csrc/attention/paged_attention_v1.cu
+    # (paged_attention_v1_launcher) and FlashInfer's include/flashinfer/sampling.cuh
+    # (a call site: `flashinfer::sampling::TopKTopPSamplingFromProb<float, int>(`); names only,
+    # as no public dump of either was found
+    ((Frame("paged_attention_v1_launcher", "_C.abi3.so", None, True),),
+     Phase.ATTENTION),
+    ((Frame("flashinfer::sampling::TopKTopPSamplingFromProb<float, int>", "", None, True),),
+     Phase.SAMPLING),
     # this project's recordings (cpu-0.32): anyio's worker thread waiting for work
     ((Frame("Condition.wait", "threading.py", 327),
       Frame("WorkerThread.run", "anyio/_backends/_asyncio.py", 1113),
