@@ -9,7 +9,7 @@ files and prints.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +17,8 @@ from sidecar.aggregate import ROLE_ORDER, label_stacks
 from sidecar.classifier import STEP_PHASES, Classifier, own_frames
 from sidecar.flame_io import read_stack_rows
 from sidecar.parsers import parse_file, parse_raw
-from sidecar.records import Frame, Phase, Role, StackSample, Stage
-from sidecar.rules import RuleSet
+from sidecar.records import Frame, Label, Phase, Role, StackSample, Stage
+from sidecar.rules import RuleKind, RuleSet
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,33 +57,40 @@ def explain(
     snapshot recorded from the process title; the more specific of it and the stack's own wins.
     """
     stacks = tuple(stacks)
-    labelled = label_stacks(classifier, stacks)
-    groups: dict[tuple[tuple[Frame, ...], Role], list[Any]] = {}
-    for i, item in enumerate(labelled):
+    groups: dict[tuple[tuple[Frame, ...], Role], _Group] = {}
+    for i, item in enumerate(label_stacks(classifier, stacks)):
         role = _specific(item.label.role, roles[i] if roles else None)
-        key = (item.stack.frames, role)
-        group = groups.setdefault(key, [0, item.label, []])
-        group[0] += item.stack.weight
+        group = groups.setdefault((item.stack.frames, role), _Group(item.label))
+        group.weight += item.stack.weight
         thread = item.stack.thread_id or item.stack.thread_name
-        if thread and thread not in group[2]:
-            group[2].append(thread)
+        if thread and thread not in group.threads:
+            group.threads.append(thread)
     rules = classifier.rules
     out = [
         ExplainedStack(
             frames=frames,
-            weight=weight,
+            weight=g.weight,
             role=role,
-            phase=label.phase,
-            stage=label.stage,
-            rule=label.rule,
-            frame=label.frame,
+            phase=g.label.phase,
+            stage=g.label.stage,
+            rule=g.label.rule,
+            frame=g.label.frame,
             unknown=unknown_frames(rules, frames),
-            threads=tuple(threads),
-            waiting=_waits_below(frames, label.frame, rules),
+            threads=tuple(g.threads),
+            waiting=_waits_below(frames, g.label.frame, rules),
         )
-        for (frames, role), (weight, label, threads) in groups.items()
+        for (frames, role), g in groups.items()
     ]
     return tuple(sorted(out, key=lambda e: -e.weight))  # stable: input order among equals
+
+
+@dataclass(slots=True)
+class _Group:
+    """A distinct stack being gathered: its label (the same for every copy) and its counts."""
+
+    label: Label
+    weight: int = 0
+    threads: list[str] = field(default_factory=list)
 
 
 def _specific(a: Role, b: Role | None) -> Role:
@@ -97,7 +104,7 @@ def _waits_below(frames: Sequence[Frame], decided: Frame | None, rules: RuleSet)
     for frame in frames:
         if decided is not None and frame == decided:
             return False
-        if any(rule.kind.value == "wait" for rule, _ in rules.candidates(frame)):
+        if any(rule.kind is RuleKind.WAIT for rule, _ in rules.candidates(frame)):
             return True
     return False
 

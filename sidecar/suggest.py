@@ -29,7 +29,9 @@ _GUESS = {
     Role.API_SERVER: Phase.INPUT_PROCESSING,
     Role.OTHER: Phase.IDLE,
 }
-# Where installed packages live: a rule's `file:` glob starts after these.
+# Where a rule's `file:` glob starts: at the last vllm or vllm_* package folder (a source
+# checkout such as /vllm-workspace/vllm/vllm/v1/...), else after the installed-packages folder.
+_VLLM_ROOT = re.compile(r".*/(?=(?:vllm|vllm_\w+)/)")
 _PACKAGE_ROOT = re.compile(r".*/(?:site-packages|dist-packages|lib/python\d[\d.]*)/")
 WAIT_WITHOUT_CONTEXT = "wait-without-context"
 
@@ -72,13 +74,12 @@ def suggest(
 
 
 def _target(e: ExplainedStack, idle_waits: bool) -> Frame | None:
-    """The frame a new rule would decide on: the innermost unknown one, leaf-ward of a wait's
-    root-ward context for idle waits (the frames above the wait are what it waits for)."""
-    if e.phase is Phase.OTHER:
-        return e.unknown[0] if e.unknown else None
-    if idle_waits and e.phase is Phase.IDLE and e.rule == WAIT_WITHOUT_CONTEXT:
-        return e.unknown[0] if e.unknown else None
-    return None
+    """The frame a new rule would decide on: the innermost one no rule knows (for an idle wait
+    without context, that frame sits above the wait: what it waits for)."""
+    wanted = e.phase is Phase.OTHER or (
+        idle_waits and e.phase is Phase.IDLE and e.rule == WAIT_WITHOUT_CONTEXT
+    )
+    return e.unknown[0] if wanted and e.unknown else None
 
 
 def _suggestion(
@@ -150,7 +151,11 @@ def _file_glob(frame: Frame) -> str:
     if frame.native or not frame.file:
         return "*"
     path = frame.file.replace("\\", "/")
-    return _PACKAGE_ROOT.sub("", path).lstrip("/") or "*"
+    for root in (_VLLM_ROOT, _PACKAGE_ROOT):
+        if root.match(path):
+            return root.sub("", path, count=1)
+    parts = path.lstrip("/").split("/")
+    return "/".join(parts[-2:]) if path.startswith("/") else path  # a script: its folder/name
 
 
 def paste(rules_text: str, skeleton: str) -> str:

@@ -139,3 +139,24 @@ def test_classify_format_json_is_json(capsys: pytest.CaptureFixture[str]) -> Non
     a = run_json(capsys, "classify", "--json", str(WORKER_DUMP))
     b = run_json(capsys, "classify", "--format", "json", str(WORKER_DUMP))
     assert a == b
+
+
+@pytest.mark.parametrize(
+    ("path", "glob"),
+    [  # paths as the fixtures hold them (fragments, public dumps, parsers, recordings)
+        ("/vllm-workspace/vllm/vllm/v1/executor/multiproc_executor.py",
+         "vllm/v1/executor/multiproc_executor.py"),
+        ("/vllm-workspace/vllm-ascend/vllm_ascend/worker/worker.py", "vllm_ascend/worker/worker.py"),
+        ("/usr/local/lib/python3.10/dist-packages/flashinfer/decode.py", "flashinfer/decode.py"),
+        ("/usr/lib/python3.12/threading.py", "threading.py"),
+        ("/tmp/fx/crash.py", "fx/crash.py"),
+        ("vllm/v1/engine/core.py", "vllm/v1/engine/core.py"),
+    ],
+)  # fmt: skip
+def test_a_skeleton_file_glob_is_the_package_path(path: str, glob: str) -> None:
+    from sidecar.records import Frame
+    from sidecar.rules import path_matches
+    from sidecar.suggest import _file_glob
+
+    assert _file_glob(Frame("f", path)) == glob
+    assert path_matches(path, glob)
