@@ -297,7 +297,12 @@ def record_workload(
         code, text = _spy(argv, timeout=RECORD_S * 6 + PYSPY_TIMEOUT_S)
         record_wall = time.monotonic() - started
         commands.append(
-            {"file": raw.name, "argv": _shown(argv, slugs), "exit": code, "tail": text[-400:]}
+            {
+                "file": raw.name,
+                "argv": _shown(argv, slugs),
+                "exit": code,
+                "tail": _shown([text[-400:]], slugs),
+            }
         )
         if raw.exists():
             files.append(raw.name)
