@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import fcntl
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -326,6 +327,7 @@ def record_workload(
         "commands": commands,
         "files": sorted(files),
         "python": sys.version.split()[0],
+        "load_average_1m": round(os.getloadavg()[0], 2),  # the 2 cores are shared
         "machine": "dev host: 2 cores x86-64, no GPU",
     }
     (out_dir / "provenance.json").write_text(json.dumps(provenance, indent=2) + "\n")
