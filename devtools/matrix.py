@@ -107,8 +107,9 @@ class Built:
     torch: str
 
 
-def build(version: str) -> Built:
-    """The venv for VERSION, built once (a stamp marks success); errors kept, not raised."""
+def build(version: str, rebuild: bool = False) -> Built:
+    """The venv for VERSION, built once (a stamp marks success); errors kept, not raised, and
+    remembered (build-failed.json) unless REBUILD."""
     if version == NEWEST:
         env = ensure_env()
         return Built(env, "devtools.vllm_env", "", _torch_version(env.python))
@@ -120,6 +121,9 @@ def build(version: str) -> Built:
         stamp = json.loads(stamp_path.read_text())
         env = VllmEnv(venv, python, str(stamp["vllm_version"]))
         return Built(env, str(stamp["method"]), "", str(stamp["torch"]))
+    failed = root / "build-failed.json"  # a release that cannot install here is not retried
+    if failed.exists() and not rebuild:
+        return Built(None, "", str(json.loads(failed.read_text())["error"]), "")
     root.mkdir(parents=True, exist_ok=True)
     log = root / "build.log"
     errors: list[str] = []
@@ -140,6 +144,7 @@ def build(version: str) -> Built:
         errors.append(f"{method}: {error}")
     if venv.exists():
         shutil.rmtree(venv)  # GBs of a venv that cannot run
+    failed.write_text(json.dumps({"error": " | ".join(errors)}) + "\n")
     return Built(None, "", " | ".join(errors), "")
 
 
@@ -357,10 +362,10 @@ def _pyspy_version(spy: str) -> str:
     return out.stdout.strip()
 
 
-def run_entry(entry: Entry, model: Path) -> dict[str, object]:
+def run_entry(entry: Entry, model: Path, rebuild: bool = False) -> dict[str, object]:
     """Build, start, record every workload; the row of the version table."""
     row: dict[str, object] = {"version": entry.version, "engine": entry.engine}
-    built = build(entry.version)
+    built = build(entry.version, rebuild)
     row.update(installed=built.env is not None, method=built.method, torch=built.torch)
     if built.env is None:
         row.update(ran=False, recorded=[], error=built.error)
@@ -405,6 +410,9 @@ def update_versions(row: dict[str, object]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devtools.matrix", description=__doc__)
     parser.add_argument("names", nargs="*", help="entries (e.g. 0.31.0, 0.9.2-v0); default all")
+    parser.add_argument(
+        "--rebuild", action="store_true", help="try again a release whose install failed before"
+    )
     args = parser.parse_args(argv)
     by_name = {e.name: e for e in MATRIX}
     unknown = [n for n in args.names if n not in by_name]
@@ -417,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
         if free_gb() < MIN_FREE_GB / 2:
             print(f"stopping: {free_gb():.1f} GB free on /", file=sys.stderr)
             return 1
-        row = run_entry(entry, model)
+        row = run_entry(entry, model, args.rebuild)
         update_versions(row)
         print(json.dumps(row), flush=True)
     return 0
