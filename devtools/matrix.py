@@ -91,6 +91,15 @@ MATRIX = (
 )
 
 
+# Releases whose requirements admit a newer library than they run with: the fix, installed after.
+# vllm 0.9.x registers its own "aimv2" config, which transformers >= 4.54 also has
+# (`ValueError: 'aimv2' is already used by a Transformers config`, seen with 0.9.2 here).
+EXTRA_PINS: dict[str, tuple[str, ...]] = {
+    "0.9.2": ("transformers<4.54",),
+    "0.8.5": ("transformers<4.54",),
+}
+
+
 def matrix_dir(version: str) -> Path:
     return cache_root() / "matrix" / version
 
@@ -120,7 +129,8 @@ def build(version: str, rebuild: bool = False) -> Built:
     if stamp_path.exists():
         stamp = json.loads(stamp_path.read_text())
         env = VllmEnv(venv, python, str(stamp["vllm_version"]))
-        return Built(env, str(stamp["method"]), "", str(stamp["torch"]))
+        method = str(stamp["method"]) + (f" + {stamp['pins']}" if "pins" in stamp else "")
+        return Built(env, method, "", str(stamp["torch"]))
     failed = root / "build-failed.json"  # a release that cannot install here is not retried
     if failed.exists() and not rebuild:
         return Built(None, "", str(json.loads(failed.read_text())["error"]), "")
@@ -136,9 +146,10 @@ def build(version: str, rebuild: bool = False) -> Built:
             if check[0] == 0:
                 got = check[1].strip().splitlines()[-1]
                 torch = _torch_version(python)
-                stamp_path.write_text(
-                    json.dumps({"vllm_version": got, "method": method, "torch": torch}) + "\n"
-                )
+                stamp = {"vllm_version": got, "method": method, "torch": torch}
+                if version in EXTRA_PINS:
+                    stamp["pins"] = ", ".join(EXTRA_PINS[version])
+                stamp_path.write_text(json.dumps(stamp) + "\n")
                 return Built(VllmEnv(venv, python, got), method, "", torch)
             error = f"`import vllm` failed: {_last_error(check[1])}"
         errors.append(f"{method}: {error}")
@@ -170,6 +181,11 @@ def _try_build(method: str, version: str, venv: Path, log: Path) -> str | None:
         reqs = venv / "requirements-index-torch.txt"
         reqs.write_text(out)
         code, out = _run([*pip, "-r", str(reqs)], log)
+        if code != 0:
+            return _last_error(out)
+    pins = EXTRA_PINS.get(version, ())
+    if pins:
+        code, out = _run([*pip, *pins], log)
         if code != 0:
             return _last_error(out)
     _run([python, "-m", "pip", "uninstall", "-y", *BROKEN_COMPANIONS], log)
