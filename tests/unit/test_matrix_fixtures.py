@@ -100,17 +100,17 @@ def test_report_table(capsys: pytest.CaptureFixture[str]) -> None:
     """Print inside/other per version, workload and role (the issue's version table)."""
     classifier = Classifier(load_rules())
     lines = [
-        "| version | engine | workload | role | samples | inside | other |",
-        "|---|---|---|---|---|---|---|",
+        "| version | engine | workload | role | samples | inside | other | not idle |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for cell in CELLS:
         engine = json.loads((cell / "provenance.json").read_text())["engine"]
-        for role, (n, inside, other) in shares(
-            role_counts(cell / "record.raw.txt", classifier)
-        ).items():
+        counts = role_counts(cell / "record.raw.txt", classifier)
+        for role, (n, inside, other) in shares(counts).items():
+            busy = 1 - counts[role].get(Phase.IDLE.value, 0) / n  # did the record catch load?
             lines.append(
                 f"| {cell.parent.name} | {engine} | {cell.name} | {role} | {n} "
-                f"| {'-' if inside is None else f'{inside:.1%}'} | {other:.1%} |"
+                f"| {'-' if inside is None else f'{inside:.1%}'} | {other:.1%} | {busy:.1%} |"
             )
     versions = [
         "| version | engine | installed | ran | recorded | why not |",
