@@ -266,6 +266,17 @@ def _last_error(out: str) -> str:
     return lines[-1] if lines else "no output"
 
 
+def _root_cause(log: Path) -> str:
+    """The server log's first line that says why vLLM's compiled ops did not load (what the
+    final traceback only shows as a missing op), with the last error line; else ""."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return ""
+    found = re.search(r"Failed to import from vllm\._C with (.*)", text)
+    return f"{found.group(1).strip()} -> {_last_error(text)}" if found else ""
+
+
 @contextlib.contextmanager
 def live_lock() -> Iterator[None]:
     """The same lock as `flock /tmp/vllm-sidecar-live.lock`: one vLLM at a time here."""
@@ -425,7 +436,7 @@ def run_entry(entry: Entry, model: Path, rebuild: bool = False) -> dict[str, obj
         try:
             server.start()
         except Exception as error:
-            row.update(ran=False, recorded=[], error=_last_error(str(error)))
+            row.update(ran=False, recorded=[], error=_root_cause(log) or _last_error(str(error)))
             return row
         try:
             row.update(ran=True, startup_s=round(server.startup_s or 0.0, 1))
