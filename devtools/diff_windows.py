@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from devtools.server import VllmServer
+from sidecar.pyspy import SubprocessPySpy
 
 REPO = Path(__file__).resolve().parent.parent
 _CLI = "import sys; from sidecar.cli import main; sys.exit(main())"
@@ -58,14 +59,12 @@ def cli(*args: str, timeout_s: float = 300.0) -> subprocess.CompletedProcess[str
 
 
 def _dump(pid: int) -> str:
-    """py-spy's dump of PID and of its children (py-spy itself, if one is running)."""
-    spy = Path(sys.executable).with_name("py-spy")
-    done = subprocess.run([str(spy), "dump", "--nonblocking", "--subprocesses", "--pid",
-                           str(pid)], capture_output=True, text=True, timeout=60,
-                          check=False)  # fmt: skip
+    """py-spy's dump of PID (the sidecar's own `dump`, never pausing it) and the processes it
+    started (py-spy, if one is running: not Python, so no dump of its own)."""
+    code, dumped = SubprocessPySpy.find().dump(pid)
     children = subprocess.run(["ps", "--ppid", str(pid), "-o", "pid,stat,etimes,args"],
                               capture_output=True, text=True, check=False)  # fmt: skip
-    return f"{done.stdout}{done.stderr}\nits children:\n{children.stdout}"
+    return f"{dumped}(exit {code})\nits children:\n{children.stdout}"
 
 
 @contextlib.contextmanager
