@@ -74,16 +74,16 @@ def role_of(rules: RuleSet, frames: Sequence[Frame], title: str | None) -> Role:
     the rules file only gives stack markers. A forked child keeps its parent's title and root
     frames until it retitles itself, so the most specific marker wins (docs/PHASES.md, "Roles").
     """
-    named: set[Role | None] = {title_role(title) if title else None}
-    for frame in frames:  # per-frame matches are memoised in the rule set
-        named |= rules.marked_roles(frame)
+    named = {title_role(title) if title else None}
+    for frame in frames:
+        named.update(rules.match(frame).roles)
     return next((role for role in MOST_SPECIFIC_FIRST if role in named), Role.OTHER)
 
 
 def own_frames(rules: RuleSet, frames: Sequence[Frame]) -> Sequence[Frame]:
     """Drop what a forked child inherited: frames root-ward of the innermost fork boundary."""
     for i, frame in enumerate(frames):
-        if rules.is_fork_boundary(frame):
+        if rules.match(frame).fork_boundary:
             return frames[: i + 1]
     return frames
 
