@@ -149,13 +149,27 @@ VERSIONS = sorted({c.parent.name for c in CELLS})
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_workloads_differ_in_the_expected_direction(version: str) -> None:
-    """The directions of the 0.32 live tests, on every release: long prompts make few large
-    steps (more compute per step's bookkeeping than many short decode steps), and more
-    tokenising in the API server."""
+def test_compute_per_step_is_heavier_under_prefill_heavy(version: str) -> None:
+    """The direction of the 0.32 live tests, on every release: long prompts make few large
+    steps, more model compute per step's bookkeeping than many short decode steps."""
     prefill = record_counts(MATRIX / version / "prefill-heavy")
     decode = record_counts(MATRIX / version / "decode-heavy")
     assert compute_to_step_overhead(prefill) > compute_to_step_overhead(decode)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_tokenising_is_heavier_under_prefill_heavy(
+    version: str, request: pytest.FixtureRequest
+) -> None:
+    """The API server's input processing (tokenising) share, prefill-heavy above decode-heavy.
+    A release whose record does not bear it out is listed, with the cause measured, in
+    expectations.yaml's `direction_deviations`, and expected to fail (strictly: a re-record
+    that bears it out must leave the list)."""
+    why = EXPECTATIONS.get("direction_deviations", {}).get(version, {}).get("tokenising")
+    if why:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=why))
+    prefill = record_counts(MATRIX / version / "prefill-heavy")
+    decode = record_counts(MATRIX / version / "decode-heavy")
     assert tokenising_share(prefill) > tokenising_share(decode)
 
 
