@@ -83,6 +83,7 @@ class _Thread:
     spinning: int = 0
     loop_leaf: int = 0
     waiting: Counter[str] | None = None
+    busy_leaves: Counter[str] | None = None  # non-idle samples by their innermost frame
 
 
 def thread_checks(
@@ -116,6 +117,8 @@ def _threads(
         t.samples += n
         if label.phase is not Phase.IDLE:
             t.busy += n
+            leaf = ls.stack.frames[0].label()
+            t.busy_leaves = (t.busy_leaves or Counter()) + Counter({leaf: n})
         if label.phase in WAITING_PHASES:
             t.waiting = (t.waiting or Counter()) + Counter({label.phase.value: n})
         if any(f.function in SPIN_FUNCTIONS or bare_name(f.function) in SPIN_FUNCTIONS
@@ -174,7 +177,7 @@ def _check(key: tuple[int, int], t: _Thread, cpu: ThreadCpu | None, due: int) ->
         unseen = _r(share - busy_share)
         return _with(base, Agreement.CPU_ABOVE, _why_above(t, failed, due), unseen)
     if share < low - slack:
-        return _with(base, Agreement.CPU_BELOW, _why_below(t))
+        return _with(base, Agreement.CPU_BELOW, _why_below(t, cpu.cpu_s))
     return _with(base, Agreement.AGREE, None)
 
 
@@ -189,12 +192,19 @@ def _why_above(t: _Thread, failed: int, due: int) -> str:
     return "the samples show less work than /proc measured; the stacks do not tell why"
 
 
-def _why_below(t: _Thread) -> str:
+def _why_below(t: _Thread, cpu_s: float) -> str:
     waits = sum((t.waiting or Counter()).values())
     if waits >= LOOP_MAJORITY * t.busy:
         which = ", ".join(p for p, _ in (t.waiting or Counter()).most_common())
         return (f"{waits} of its {t.busy} non-idle samples wait ({which}) off the CPU: "
                 "waiting for work in flight, not using a core")  # fmt: skip
+    leaf, stuck = (t.busy_leaves or Counter({"": 0})).most_common(1)[0]
+    if stuck >= LOOP_MAJORITY * t.busy:
+        return (
+            f"stalled: {stuck} of its {t.busy} non-idle samples stop at one frame, {leaf}, "
+            f"while /proc counted {cpu_s:.2f} s of CPU: the thread sat there off the CPU "
+            "(waiting for the GIL or for a core), which its Python stack cannot show"
+        )
     return "the samples show more work than /proc measured; the stacks do not tell why"
 
 

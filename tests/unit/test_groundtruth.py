@@ -1,7 +1,9 @@
 """Each thread's samples against its own CPU time from /proc (sidecar.groundtruth), replayed
-from a real window: tests/fixtures/groundtruth/mixed holds `py-spy record --nonblocking` of the
+from real windows: tests/fixtures/groundtruth/<case> holds `py-spy record --nonblocking` of the
 dev vLLM server's tree under `mixed` load and every thread's /proc/PID/task/TID/stat read at
-the record's start and end (devtools/groundtruth_probe.py; provenance.json)."""
+the record's start and end (devtools/groundtruth_probe.py; provenance.json). `mixed`: a window
+where every thread agrees; `mixed-stall`: one where the API server's main thread sat in
+ThreadPoolExecutor.submit off the CPU and the check flags it."""
 
 from __future__ import annotations
 
@@ -23,23 +25,30 @@ from sidecar.rules import load_rules
 from sidecar.sampler import Window
 from sidecar.snapshot import Readings, build_snapshot
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "groundtruth" / "mixed"
-PROVENANCE = json.loads((FIXTURE / "provenance.json").read_text())
-PIDS = [int(p) for p in PROVENANCE["processes"]]
-API = PIDS[0]
+CASES = Path(__file__).resolve().parents[1] / "fixtures" / "groundtruth"
+FIXTURE = CASES / "mixed"
+STALL = CASES / "mixed-stall"
+
+
+def pids(case: Path) -> list[int]:
+    return [int(p) for p in json.loads((case / "provenance.json").read_text())["processes"]]
+
+
+API = pids(FIXTURE)[0]
 SPAN_S = float((FIXTURE / "span_s.txt").read_text())
 
 
-def cpu() -> tuple[ThreadCpu, ...]:
-    start = [t for pid in PIDS for t in ProcFs(FIXTURE / "proc-start").thread_times(pid)]
-    end = [t for pid in PIDS for t in ProcFs(FIXTURE / "proc-end").thread_times(pid)]
-    return cpu_over_window(start, end, SPAN_S)
+def cpu(case: Path = FIXTURE) -> tuple[ThreadCpu, ...]:
+    span = float((case / "span_s.txt").read_text())
+    start = [t for pid in pids(case) for t in ProcFs(case / "proc-start").thread_times(pid)]
+    end = [t for pid in pids(case) for t in ProcFs(case / "proc-end").thread_times(pid)]
+    return cpu_over_window(start, end, span)
 
 
-def checks() -> dict[tuple[int, int], ThreadCheck]:
-    stacks = parse_file(FIXTURE / "record.raw.txt").stacks
+def checks(case: Path = FIXTURE) -> dict[tuple[int, int], ThreadCheck]:
+    stacks = parse_file(case / "record.raw.txt").stacks
     labelled = label_stacks(Classifier(load_rules()), [s for s in stacks if s.frames])
-    return {(c.pid, c.tid): c for c in thread_checks(labelled, stacks, cpu())}
+    return {(c.pid, c.tid): c for c in thread_checks(labelled, stacks, cpu(case))}
 
 
 def test_wilson_interval() -> None:
@@ -69,18 +78,20 @@ def test_every_thread_of_the_tree_is_read_from_proc() -> None:
     assert used[(API, API)].cpu_s > 0 and used[(API, API)].span_s == SPAN_S
 
 
-def test_every_sampled_thread_is_checked() -> None:
-    got = checks()
-    stacks = parse_file(FIXTURE / "record.raw.txt").stacks
+@pytest.mark.parametrize("case", [FIXTURE, STALL], ids=lambda p: p.name)
+def test_every_sampled_thread_is_checked(case: Path) -> None:
+    got = checks(case)
+    stacks = parse_file(case / "record.raw.txt").stacks
     sampled = {(s.pid, int(s.thread_id)) for s in stacks if s.pid and s.thread_id}
     assert set(got) == sampled
     assert all(c.agreement is not Agreement.UNMEASURED for c in got.values())
 
 
-def test_each_non_spinning_thread_agrees_or_is_flagged_with_a_reason() -> None:
+@pytest.mark.parametrize("case", [FIXTURE, STALL], ids=lambda p: p.name)
+def test_each_non_spinning_thread_agrees_or_is_flagged_with_a_reason(case: Path) -> None:
     """Issue #10: every non-spinning thread's non-idle share agrees with its /proc CPU share
     within the sampling error, or the snapshot flags it with the reason."""
-    for c in checks().values():
+    for c in checks(case).values():
         if c.agreement in (Agreement.CPU_ABOVE, Agreement.CPU_BELOW):
             assert c.reason, c
         if c.agreement is Agreement.AGREE:
@@ -129,3 +140,31 @@ def test_the_report_shows_each_main_threads_cpu_from_proc() -> None:
     data = report_data(s)["threads"]
     assert data["flagged"] == [] and "Wilson" in data["how"]
     assert sum(data["counts"].values()) == len(s.threads)
+
+
+def test_a_main_thread_stalled_off_the_cpu_is_flagged_with_where_it_sat() -> None:
+    """Measured: 75 of the API server's 196 main-thread samples busy, 57 of them the same
+    frame (handing a prompt to the tokenizer's thread pool), while /proc counted 11 % of a core:
+    the samples say busy where the thread was not running. Flagged, with the frame."""
+    api = pids(STALL)[0]
+    main = checks(STALL)[(api, api)]
+    assert main.agreement is Agreement.CPU_BELOW, main
+    assert main.busy_low is not None and main.cpu_share is not None
+    assert main.cpu_share < main.busy_low
+    assert main.reason is not None and main.reason.startswith("stalled: 57 of its 75")
+    assert "ThreadPoolExecutor.submit (concurrent/futures/thread.py:175)" in main.reason
+    others = [c for c in checks(STALL).values() if c.tid != api]
+    assert all(c.agreement in (Agreement.AGREE, Agreement.SPINS) for c in others)
+
+
+def test_the_report_lists_the_flagged_thread_with_its_reason() -> None:
+    stacks = parse_file(STALL / "record.raw.txt").stacks
+    window = Window(started_at=1_780_000_000.0, duration_s=10.0, rate_hz=20.0, stacks=stacks,
+                    samples=sum(s.weight for s in stacks), errors=0, sampler_cpu_s=0.0,
+                    segments=1)  # fmt: skip
+    s = build_snapshot(window, (), Classifier(load_rules()), host="h",
+                       readings=Readings(thread_cpu=cpu(STALL))).summary()  # fmt: skip
+    text = render(s)
+    assert "1 flagged: samples busier" in text
+    line = next(x for x in text.splitlines() if x.startswith("- api_server MainThread"))
+    assert "stalled: 57 of its 75" in line and "/proc 11." in line
