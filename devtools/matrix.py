@@ -95,7 +95,10 @@ MATRIX = (
 # Releases whose requirements admit a newer library than they run with: the fix, installed after.
 # vllm 0.9.x registers its own "aimv2" config, which transformers >= 4.54 also has
 # (`ValueError: 'aimv2' is already used by a Transformers config`, seen with 0.9.2 here).
+# vllm 0.10.2 asks for transformers>=4.55 with no ceiling and got 5.24 here, whose tokenizers
+# lack `all_special_tokens_extended` (its API server stopped on that AttributeError).
 EXTRA_PINS: dict[str, tuple[str, ...]] = {
+    "0.10.2": ("transformers<5",),
     "0.9.2": ("transformers<4.54",),
     "0.8.5": ("transformers<4.54",),
 }
@@ -255,9 +258,16 @@ def _run(argv: list[str], log: Path | None) -> tuple[int, str]:
     return result.returncode, result.stdout if result.returncode == 0 else out
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# vLLM's log prefix, `(APIServer pid=17396) `, before the exception line of a traceback.
+_LOG_PREFIX = re.compile(r"^\((?:APIServer|EngineCore\w*) pid=\d+\)\s*")
+
+
 def _last_error(out: str) -> str:
-    """The line that says why: pip's `ERROR:` line, a Python exception line, or the last."""
-    lines = [line.strip() for line in out.splitlines() if line.strip()]
+    """The line that says why: pip's `ERROR:` line, a Python exception line, or the last (colour
+    codes and vLLM's process prefix removed)."""
+    lines = [_LOG_PREFIX.sub("", _ANSI.sub("", line)).strip() for line in out.splitlines()]
+    lines = [line for line in lines if line]
     for line in lines:
         if line.startswith("ERROR:"):
             return line
