@@ -168,3 +168,11 @@ def test_the_report_lists_the_flagged_thread_with_its_reason() -> None:
     assert "1 flagged: samples busier" in text
     line = next(x for x in text.splitlines() if x.startswith("- api_server MainThread"))
     assert "stalled: 57 of its 75" in line and "/proc 11." in line
+
+
+def test_the_html_page_shows_the_main_threads_cpu_from_proc() -> None:
+    from sidecar.report_page import Missing, PageInputs, render_page
+
+    inputs = PageInputs(snapshot_summary(), "recorded", Missing("none"), Missing("no flame"))
+    page = render_page(inputs)
+    assert '<p class="proc-cpu">CPU measured from /proc, share of a core per main thread: ' in page
