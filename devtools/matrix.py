@@ -15,6 +15,7 @@ in CACHE/matrix/<version>/build.log and in tests/fixtures/matrix/versions.json w
 
     python -m devtools.matrix                     # every release, newest first
     python -m devtools.matrix 0.31.0 0.28.0       # just these
+    python -m devtools.matrix 0.20.2 --workloads mixed decode-heavy   # re-record two cells
 """
 
 from __future__ import annotations
@@ -94,7 +95,10 @@ MATRIX = (
 # Releases whose requirements admit a newer library than they run with: the fix, installed after.
 # vllm 0.9.x registers its own "aimv2" config, which transformers >= 4.54 also has
 # (`ValueError: 'aimv2' is already used by a Transformers config`, seen with 0.9.2 here).
+# vllm 0.10.2 asks for transformers>=4.55 with no ceiling and got 5.24 here, whose tokenizers
+# lack `all_special_tokens_extended` (its API server stopped on that AttributeError).
 EXTRA_PINS: dict[str, tuple[str, ...]] = {
+    "0.10.2": ("transformers<5",),
     "0.9.2": ("transformers<4.54",),
     "0.8.5": ("transformers<4.54",),
 }
@@ -254,9 +258,16 @@ def _run(argv: list[str], log: Path | None) -> tuple[int, str]:
     return result.returncode, result.stdout if result.returncode == 0 else out
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# vLLM's log prefix, `(APIServer pid=17396) `, before the exception line of a traceback.
+_LOG_PREFIX = re.compile(r"^\((?:APIServer|EngineCore\w*) pid=\d+\)\s*")
+
+
 def _last_error(out: str) -> str:
-    """The line that says why: pip's `ERROR:` line, a Python exception line, or the last."""
-    lines = [line.strip() for line in out.splitlines() if line.strip()]
+    """The line that says why: pip's `ERROR:` line, a Python exception line, or the last (colour
+    codes and vLLM's process prefix removed)."""
+    lines = [_LOG_PREFIX.sub("", _ANSI.sub("", line)).strip() for line in out.splitlines()]
+    lines = [line for line in lines if line]
     for line in lines:
         if line.startswith("ERROR:"):
             return line
@@ -421,8 +432,10 @@ def _pyspy_version(spy: str) -> str:
     return out.stdout.strip()
 
 
-def run_entry(entry: Entry, model: Path, rebuild: bool = False) -> dict[str, object]:
-    """Build, start, record every workload; the row of the version table."""
+def run_entry(
+    entry: Entry, model: Path, rebuild: bool = False, workloads: tuple[str, ...] = WORKLOADS
+) -> dict[str, object]:
+    """Build, start, record WORKLOADS; the row of the version table."""
     row: dict[str, object] = {"version": entry.version, "engine": entry.engine}
     built = build(entry.version, rebuild)
     row.update(installed=built.env is not None, method=built.method, torch=built.torch)
@@ -440,18 +453,24 @@ def run_entry(entry: Entry, model: Path, rebuild: bool = False) -> dict[str, obj
             return row
         try:
             row.update(ran=True, startup_s=round(server.startup_s or 0.0, 1))
-            for workload in WORKLOADS:
+            for workload in workloads:
                 out = FIXTURES / entry.name / workload
                 provenance = record_workload(entry, server, workload, built, out)
                 if "record.raw.txt" in provenance["files"]:  # type: ignore[operator]
                     recorded.append(workload)
         finally:
             server.stop()
-    row["recorded"] = recorded
+    row["recorded"] = [w for w in WORKLOADS if w in recorded or _kept(entry, w, workloads)]
     if entry.version != NEWEST and free_gb() < MIN_FREE_GB:
         shutil.rmtree(matrix_dir(entry.version) / "venv", ignore_errors=True)
         row["env_deleted"] = f"free disk below {MIN_FREE_GB:.0f} GB"
     return row
+
+
+def _kept(entry: Entry, workload: str, workloads: tuple[str, ...]) -> bool:
+    """A workload not asked for this time keeps its earlier recording."""
+    recording = FIXTURES / entry.name / workload / "record.raw.txt"
+    return workload not in workloads and recording.exists()
 
 
 def update_versions(row: dict[str, object]) -> None:
@@ -472,6 +491,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rebuild", action="store_true", help="try again a release whose install failed before"
     )
+    parser.add_argument(
+        "--workloads",
+        nargs="+",
+        choices=WORKLOADS,
+        default=list(WORKLOADS),
+        help="re-record only these workloads (the others' recordings are kept)",
+    )
     args = parser.parse_args(argv)
     by_name = {e.name: e for e in MATRIX}
     unknown = [n for n in args.names if n not in by_name]
@@ -484,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
         if free_gb() < MIN_FREE_GB / 2:
             print(f"stopping: {free_gb():.1f} GB free on /", file=sys.stderr)
             return 1
-        row = run_entry(entry, model, args.rebuild)
+        row = run_entry(entry, model, args.rebuild, tuple(args.workloads))
         update_versions(row)
         print(json.dumps(row), flush=True)
     return 0

@@ -7,7 +7,7 @@
     snap.memory_breakdown()                       # host, GPUs, processes, KV cache (pandas)
     print(snap.report())                          # the text `vllm-sidecar report` prints
     snap.save("profiles/")                        # a snapshot folder, as the CLI writes
-    load("profiles/20261201T120000Z")             # any snapshot folder, schema 1 to 4
+    load("profiles/20261201T120000Z")             # any snapshot folder, schema 1 to 5
     snapshots("/var/lib/vllm-sidecar", since="7d")  # a daemon's store, one row per snapshot
 
 Each call goes through the code the CLI runs (`commands.take_snapshot`: one `profile_window`;
@@ -197,7 +197,7 @@ class Snapshot:
 
 def load(path: PathLike) -> Snapshot:
     """A snapshot folder on disk (or its summary.json), written by any version of the sidecar
-    (schema 1 to 4); an InputError names what is wrong with it."""
+    (schema 1 to 5); an InputError names what is wrong with it."""
     from sidecar.summary_io import SUMMARY_NAME, read_summary
 
     where = Path(path)

@@ -37,12 +37,13 @@ from sidecar.gpu import (
     gpu_figures,
     target_gpus,
 )
+from sidecar.groundtruth import cpu_over_window
 from sidecar.kvcache import kv_cache
 from sidecar.modelconfig import kv_inputs, serve_args
 from sidecar.pidmap import PidMap
 from sidecar.procfs import ProcFs
 from sidecar.records import ProcessInfo, Role
-from sidecar.records.readings import CustomMetric, KvCache, ServingFigures
+from sidecar.records.readings import CustomMetric, KvCache, ServingFigures, ThreadTime
 from sidecar.records.summary import Fingerprint
 from sidecar.resources import PsutilReader, cpu_time
 from sidecar.rules import RuleSet
@@ -108,6 +109,8 @@ class Started:
     gpu: GpuReading | None
     poller: UtilizationPoller | None
     custom: Mapping[str, MetricsScrape] = field(default_factory=dict)  # other URLs' first
+    threads: tuple[ThreadTime, ...] = ()  # every target thread's CPU time so far (/proc)
+    threads_at: float = 0.0  # when they were read (the readers' monotonic clock)
 
 
 @dataclass
@@ -127,6 +130,11 @@ class WindowReaders:
     # This window's scrapes of vLLM's /metrics, in order: first, segment boundaries, last (a
     # custom gauge on vLLM's URL is the mean of them all).
     window_scrapes: list[MetricsScrape] = field(default_factory=list)
+    clock: Callable[[], float] = time.monotonic
+
+    def thread_times(self, target: Deployment) -> tuple[ThreadTime, ...]:
+        """Every thread of the target's processes, its CPU time now (/proc/PID/task)."""
+        return tuple(t for pid in target.pids for t in self.procfs.thread_times(pid))
 
     def take(self, source: MetricsSource) -> MetricsScrape:
         """One scrape of vLLM's /metrics, kept for the window's custom metrics."""
@@ -139,14 +147,15 @@ class WindowReaders:
         self.window_scrapes = []
         scrape = self.take(self.metrics) if self.metrics else None
         custom = self.custom.start() if self.custom else {}
+        threads, threads_at = self.thread_times(target), self.clock()
         if self.gpu is None:
-            return Started(scrape, None, None, None, custom)
+            return Started(scrape, None, None, None, custom, threads, threads_at)
         # Once a window (the target's PIDs do not change within it), and only for NVML.
         pidmap = PidMap.build(self.procfs, target.pids, host_procfs=self.host_procfs)
         at_start = self.gpu.read(pidmap)  # opens NVML if it is not yet: before the poller
         poller = UtilizationPoller(self.gpu)
         poller.start()
-        return Started(scrape, pidmap, at_start, poller, custom)
+        return Started(scrape, pidmap, at_start, poller, custom, threads, threads_at)
 
     def finish(
         self,
@@ -157,6 +166,9 @@ class WindowReaders:
     ) -> Readings:
         """The readings at the window's end; `last` is a good scrape taken as it ended (the
         last segment's), else /metrics is scraped now."""
+        threads_end = self.thread_times(target)  # first: the window's end, not the readers'
+        thread_cpu = cpu_over_window(started.threads, threads_end,
+                                     self.clock() - started.threads_at)  # fmt: skip
         utilization = started.poller.stop() if started.poller else ()
         gpu_end = self.gpu.read(started.pidmap) if self.gpu else None
         figures = self._gpu_figures(target, gpu_end, utilization)
@@ -168,6 +180,7 @@ class WindowReaders:
             gpu_util_start=_mean_util(started.gpu, figures),
             serving=self._serving(started.scrape, last),
             custom=self._custom(started),
+            thread_cpu=thread_cpu,
         )
         return readings.with_kv_cache(self._kv_cache(target, readings, figures))
 

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from sidecar.records import ProcessInfo
+from sidecar.records.readings import ThreadTime
 
 # Reading a vanished process's files raises one of these; with `hidepid=1` a foreign process's
 # files raise PermissionError, and we can learn nothing about it either.
@@ -23,6 +24,9 @@ _GONE = (FileNotFoundError, ProcessLookupError, NotADirectoryError, PermissionEr
 # Fields of /proc/PID/stat after the `(comm)` field, counted from field 3 (`state`), see proc(5).
 _STAT_PPID = 4 - 3
 _STAT_STARTTIME = 22 - 3
+_STAT_STATE = 3 - 3
+_STAT_UTIME = 14 - 3
+_STAT_STIME = 15 - 3
 
 
 def parse_stat(text: str) -> tuple[str, int, int]:
@@ -37,6 +41,18 @@ def parse_stat(text: str) -> tuple[str, int, int]:
     if len(fields) <= _STAT_STARTTIME:
         raise ValueError(f"short /proc stat line: {text!r}")
     return text[open_at + 1 : close_at], int(fields[_STAT_PPID]), int(fields[_STAT_STARTTIME])
+
+
+def parse_task_stat(text: str) -> tuple[str, str, int]:
+    """Return (comm, state, utime + stime in clock ticks) of one `/proc/PID/task/TID/stat`
+    line (the same format as `/proc/PID/stat`, for one thread)."""
+    open_at = text.index("(")
+    close_at = text.rindex(")")
+    fields = text[close_at + 1 :].split()
+    if len(fields) <= _STAT_STIME:
+        raise ValueError(f"short /proc stat line: {text!r}")
+    ticks = int(fields[_STAT_UTIME]) + int(fields[_STAT_STIME])
+    return text[open_at + 1 : close_at], fields[_STAT_STATE], ticks
 
 
 def parse_cmdline(raw: bytes) -> tuple[str, ...]:
@@ -83,8 +99,10 @@ def title_of(cmdline: tuple[str, ...], comm: str) -> str:
 class ProcFs:
     """A `/proc` tree: the live one, a host's mounted elsewhere, or a fixture."""
 
-    def __init__(self, root: Path = Path("/proc")) -> None:
+    def __init__(self, root: Path = Path("/proc"), ticks_per_s: int | None = None) -> None:
         self.root = Path(root)
+        # USER_HZ: the unit of utime/stime (proc(5)); 100 on every Linux ABI in use.
+        self.ticks_per_s = ticks_per_s or os.sysconf("SC_CLK_TCK")
 
     def __repr__(self) -> str:
         return f"ProcFs({str(self.root)!r})"
@@ -114,6 +132,24 @@ class ProcFs:
             title=title_of(cmdline, comm),
             nspid=nspid,
         )
+
+    def thread_times(self, pid: int) -> tuple[ThreadTime, ...]:
+        """Every thread of `pid` with its own CPU time now (`/proc/PID/task/TID/stat`), by TID;
+        () when the process is gone. A thread that ends while we read is left out."""
+        try:
+            tids = sorted(int(n) for n in os.listdir(self.root / str(pid) / "task") if n.isdigit())
+        except (*_GONE, OSError):
+            return ()
+        out = []
+        tick = 1.0 / self.ticks_per_s
+        for tid in tids:
+            try:
+                text = (self.root / str(pid) / "task" / str(tid) / "stat").read_text()
+                comm, state, ticks = parse_task_stat(text)
+            except (*_GONE, ValueError):
+                continue
+            out.append(ThreadTime(pid, tid, comm, state, ticks * tick, tick))
+        return tuple(out)
 
     def environ(self, pid: int) -> dict[str, str] | None:
         """The environment `pid` started with, or None if it vanished or may not be read.

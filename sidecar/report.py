@@ -22,6 +22,7 @@ from sidecar.records import Phase
 from sidecar.records.readings import CustomMetric, KvCache, ServingFigures
 from sidecar.records.summary import SnapshotSummary
 from sidecar.render import ROLE_COLUMNS, phase_table, table
+from sidecar.report_threads import main_cpu_line, render_threads, threads_data, unseen_lines
 from sidecar.sizes import format_pair, format_share
 
 STEP = ("forward", "attention", "prefill", "decode", "sampling")
@@ -46,6 +47,7 @@ def _data(s: SnapshotSummary, ev: Evaluation) -> dict[str, Any]:
         "phases": {"by_role": s.by_role, "main_thread": s.main_thread},
         "stages": _stages(s),
         "processes": _processes(s),
+        "threads": threads_data(s),
         "caveats": caveats(s),
     }
 
@@ -204,7 +206,15 @@ def render(s: SnapshotSummary, advice: AdviceRules | None = None) -> str:
              _render_processes(d["processes"], s.kv_cache), "",
              "Computation breakdown (share of each role's samples):", phase_table(s)]  # fmt: skip
     if s.main_thread:
-        parts += ["", "Main threads only:", _main_table(s.main_thread)]
+        parts += [
+            "",
+            "Main threads only:",
+            _main_table(s.main_thread),
+            *main_cpu_line(s),
+            *unseen_lines(s),
+        ]
+    if s.threads:
+        parts += ["", render_threads(d["threads"])]
     parts += ["", _render_stages(d["stages"])]
     if d["caveats"]:
         parts += ["", "Caveats:", *(f"- {c}" for c in d["caveats"])]

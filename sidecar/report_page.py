@@ -26,6 +26,7 @@ from sidecar.records.summary import SnapshotSummary
 from sidecar.render import ROLE_COLUMNS
 from sidecar.report import caveats, profile_block, report_data
 from sidecar.report_page_assets import ERROR_SCRIPT, ERRORS_ATTR, STYLE
+from sidecar.report_threads import main_cpu_line, unseen_lines
 from sidecar.sizes import format_bytes, format_pair, format_share
 
 SEVERITIES = ("critical", "warning", "info")
@@ -224,6 +225,9 @@ def _phases(s: SnapshotSummary) -> str:
     )
     if s.main_thread:
         body += "<h3>Main threads only</h3>" + _role_bars("main-thread", s.main_thread, None)
+        # Beside the samples, the CPU the kernel counted (schema 5): an event loop's `idle`.
+        body += "".join(f'<p class="proc-cpu">{_e(line)}</p>'
+                        for line in [*main_cpu_line(s), *unseen_lines(s)])  # fmt: skip
     if not s.by_role:
         body = '<p class="missing">No stack samples in this snapshot.</p>'
     return _section("phases", "Phase shares per role", body)

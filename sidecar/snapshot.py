@@ -11,6 +11,7 @@ from typing import Any
 from sidecar.aggregate import LabelledStack, PhaseSummary, label_stacks, summarize
 from sidecar.classifier import STEP_PHASES, Classifier
 from sidecar.gpu import GpuFigures, GpuReading
+from sidecar.groundtruth import thread_checks
 from sidecar.records import ProcessInfo, Role
 from sidecar.records.readings import (
     CustomMetric,
@@ -18,6 +19,7 @@ from sidecar.records.readings import (
     KvCache,
     ProcessStats,
     ServingFigures,
+    ThreadCpu,
 )
 from sidecar.records.summary import (
     Fingerprint,
@@ -44,6 +46,7 @@ class Readings:
     serving: ServingFigures | None = None
     kv_cache: KvCache | None = None
     custom: tuple[CustomMetric, ...] = ()  # the config's custom_metrics, in its order
+    thread_cpu: tuple[ThreadCpu, ...] = ()  # each target thread's CPU over the window (/proc)
 
     def with_kv_cache(self, kv: KvCache | None) -> Readings:
         return replace(self, kv_cache=kv)
@@ -98,6 +101,7 @@ class Snapshot:
             serving=self.readings.serving or ServingFigures(reason="vLLM /metrics not read"),
             kv_cache=self.readings.kv_cache,
             custom=self.readings.custom,
+            threads=thread_checks(self.labelled, self.window.stacks, self.readings.thread_cpu),
         )
 
     def stack_rows(self, kind: str | None = None) -> list[dict[str, Any]]:

@@ -106,8 +106,19 @@ def _from_v3(data: dict[str, Any]) -> dict[str, Any]:
     return dict(data, schema=4, custom=[])
 
 
+def _from_v4(data: dict[str, Any]) -> dict[str, Any]:
+    """Schema 4 -> 5: 5 adds `threads` (each thread's samples against its /proc CPU time);
+    4 measured none, and none is guessed."""
+    return dict(data, schema=5, threads=[])
+
+
 # UPGRADES[n - 1] turns schema n into schema n + 1.
-UPGRADES: tuple[Callable[[dict[str, Any]], dict[str, Any]], ...] = (_from_v1, _from_v2, _from_v3)
+UPGRADES: tuple[Callable[[dict[str, Any]], dict[str, Any]], ...] = (
+    _from_v1,
+    _from_v2,
+    _from_v3,
+    _from_v4,
+)
 assert len(UPGRADES) == SCHEMA_VERSION - 1, "every older schema needs its upgrade"
 
 

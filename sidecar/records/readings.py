@@ -19,6 +19,36 @@ class ProcessStats:
 
 
 @dataclass(frozen=True, slots=True)
+class ThreadTime:
+    """One thread's CPU time so far, as `/proc/PID/task/TID/stat` gives it at one moment."""
+
+    pid: int
+    tid: int
+    comm: str  # the thread's name as the kernel keeps it (15 bytes)
+    state: str  # R, S, D, ...
+    cpu_s: float  # utime + stime
+    resolution_s: float  # one clock tick: the finest step cpu_s moves by
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadCpu:
+    """One thread's own CPU seconds over a window: the difference of two `ThreadTime`s (a
+    thread born inside the window counts from zero)."""
+
+    pid: int
+    tid: int
+    comm: str
+    cpu_s: float
+    span_s: float  # the seconds between the two reads
+    resolution_s: float
+
+    @property
+    def share(self) -> float | None:
+        """Of one core, over the span."""
+        return self.cpu_s / self.span_s if self.span_s > 0 else None
+
+
+@dataclass(frozen=True, slots=True)
 class HostMemory:
     total_bytes: int
     available_bytes: int

@@ -19,12 +19,16 @@ Versions:
   4  custom: the operator's own Prometheus series (config `custom_metrics`), each a rate, a
      mean or a last value over the window, or None with the reason. Summaries of 1 to 3 read
      with none (custom = ()).
+  5  threads: per sampled thread, the share of its samples outside `idle` next to its own CPU
+     time over the window from /proc/PID/task/TID/stat, and whether the two agree within the
+     sampling error (sidecar.groundtruth). Summaries of 1 to 4 read with none (threads = ()).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from sidecar.gpu.records import GpuDevice
 from sidecar.gpu.target import TargetGpus
@@ -38,7 +42,7 @@ from sidecar.records.readings import (
     ServingFigures,
 )
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +152,38 @@ class GpuSection:
     utilization: tuple[GpuUtilization, ...] = ()  # polled through the window, per GPU
 
 
+class Agreement(StrEnum):
+    """How a thread's samples and its /proc CPU time compare (sidecar.groundtruth)."""
+
+    AGREE = "agree"  # /proc's CPU share lies inside the samples' interval
+    CPU_ABOVE = "cpu_above"  # /proc saw more work than the samples show: flagged
+    CPU_BELOW = "cpu_below"  # the samples show more work than /proc saw: flagged
+    SPINS = "spins"  # waits by spinning (sched_yield): busy on the CPU while idle; not compared
+    UNMEASURED = "unmeasured"  # no /proc reading (the thread ended, or was not readable)
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadCheck:
+    """One sampled thread: the share of its samples outside `idle` (with its sampling interval)
+    next to its own CPU time over the window, measured from /proc."""
+
+    pid: int
+    tid: int
+    role: Role
+    name: str | None  # py-spy's thread name (MainThread, ...), else the kernel's comm
+    samples: int  # its stacks with a frame
+    failed_reads: int  # its frameless non-blocking reads (in no share)
+    busy_samples: int  # samples outside `idle`
+    busy_share: float | None  # busy_samples / samples
+    busy_low: float | None  # the interval of busy_share (Wilson score, z = 2.576, ~99 %)
+    busy_high: float | None
+    cpu_s: float | None  # from /proc/PID/task/TID/stat over the window
+    cpu_share: float | None  # of one core
+    agreement: Agreement = Agreement.UNMEASURED
+    reason: str | None = None  # why they disagree, where the stacks tell
+    unseen_cpu_share: float | None = None  # /proc's share the samples cannot show (cpu_above)
+
+
 @dataclass(frozen=True, slots=True)
 class SnapshotSummary:
     """Everything `summary.json` holds. Shares are of samples; None is "not measured"."""
@@ -175,6 +211,7 @@ class SnapshotSummary:
     serving: ServingFigures = field(default_factory=ServingFigures)
     kv_cache: KvCache | None = None
     custom: tuple[CustomMetric, ...] = ()  # schema 4; () when none configured or read from 1-3
+    threads: tuple[ThreadCheck, ...] = ()  # schema 5; () when read from 1-4
 
     @property
     def samples(self) -> int:

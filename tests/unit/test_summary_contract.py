@@ -181,3 +181,29 @@ def test_requests_known_but_token_rates_missing_renders() -> None:
     text = render(s)
     assert "- Tokens: n/a tokens/s" in text and "- Requests: " in text
     assert not math.isnan(report_data(s)["throughput"]["requests_per_s"])
+
+
+# ------------------------------------------------------------------------ older schemas read
+
+# A summary of every schema written before this one, each recorded by the vllm-sidecar of its
+# day from a real vLLM server (schema 4: tests/fixtures/schema4, devtools.groundtruth_probe).
+OLDER = {
+    1: SCHEMA1,
+    2: FIXTURES / "trend" / "schema2",
+    3: FIXTURES / "trend" / "schema3",
+    4: FIXTURES / "schema4",
+}
+
+
+@pytest.mark.parametrize("version", sorted(OLDER))
+def test_every_older_schema_reads_with_no_thread_checks(version: int) -> None:
+    """Schema 5 added `threads` (each thread's samples against its /proc CPU time): older
+    summaries measured none, and read with none; their report says it was not measured."""
+    (folder,) = [p for p in OLDER[version].iterdir() if p.is_dir()]
+    raw = json.loads((folder / "summary.json").read_text())
+    assert raw["schema"] == version and "threads" not in raw
+    s = read_summary(folder)
+    assert s.schema == SCHEMA_VERSION and s.threads == ()
+    assert s.name == raw["name"] and s.sampling.samples == raw["sampling"]["samples"]
+    assert "not measured" in report_data(s)["threads"]["missing"]
+    assert "Threads against /proc" not in render(s)
