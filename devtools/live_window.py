@@ -54,7 +54,16 @@ SERVER_ENV = {
 # docs/PHASES.md: where each role's samples are expected to go.
 EXPECTED = {
     "worker": {"forward", "attention", "sampling", "kv_cache", "communication", "idle"},
-    "engine_core": {"scheduling", "model_wait", "communication", "idle", "kv_cache"},
+    # output_processing: the EngineCore's output thread serialising outputs (docs/PHASES.md).
+    # The same sets as the matrix table's `separate-worker` layout (test_matrix_fixtures.py).
+    "engine_core": {
+        "scheduling",
+        "model_wait",
+        "communication",
+        "idle",
+        "kv_cache",
+        "output_processing",
+    },
     "api_server": {"input_processing", "output_processing", "idle"},
 }
 _ATTACHED = re.compile(r"py-spy attached in ([\d.]+) s")

@@ -303,3 +303,13 @@ def test_report_table(capsys: pytest.CaptureFixture[str]) -> None:
     with capsys.disabled():
         print("\n" + "\n".join(versions) + "\n\n" + "\n".join(lines))
     assert len(lines) > 2
+
+
+def test_the_live_tests_expect_what_the_table_allows_for_todays_layout() -> None:
+    """devtools/live_window.py's phases per role (the live tests on 0.32) are the table's."""
+    from devtools.live_window import EXPECTED
+
+    table = EXPECTATIONS["layouts"]["separate-worker"]["roles"]
+    assert {role: set(phases) for role, phases in EXPECTED.items()} == {
+        role: set(phases) for role, phases in table.items() if role != "other"
+    }
