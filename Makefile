@@ -39,7 +39,7 @@ test: vllm-env lint browser
 # is about 1 % of a core; CI's dump of a starved window showed it (devtools/sidecar_proc.py).
 # TESTS=tests/integration/test_diff_live.py narrows it.
 TESTS ?= tests
-test-like-ci: vllm-env
+test-like-ci: vllm-env browser
 	setsid --wait sh -c 'echo 19 > /proc/self/autogroup && cat /proc/self/autogroup \
 		&& exec $(BIN)/pytest $(TESTS) -q -rsfE'
 
