@@ -90,45 +90,58 @@ def _objdump(path: Path) -> list[str]:
     return out.splitlines()
 
 
+def needed_versions(library: Path) -> dict[str, int]:
+    """LIBRARY's version needs (.gnu.version_r): version name -> flags (VER_FLG_WEAK = 2)."""
+    data = library.read_bytes()
+    return {name: flags for _, name, flags in _vernaux(data, library)}
+
+
 def weaken_needed_version(library: Path, version: str) -> bool:
     """Mark VERSION's entry in LIBRARY's version needs (.gnu.version_r) weak, in place.
     True if an entry was found (and is now weak). ELF64 little-endian only (x86-64)."""
     data = bytearray(library.read_bytes())
+    found = False
+    for at, name, flags in _vernaux(bytes(data), library):
+        if name == version:
+            struct.pack_into("<H", data, at + 4, flags | VER_FLG_WEAK)
+            found = True
+    if found:
+        library.write_bytes(bytes(data))
+    return found
+
+
+def _vernaux(data: bytes, library: Path) -> list[tuple[int, str, int]]:
+    """(file offset, version name, flags) of every Elf64_Vernaux of DATA's SHT_GNU_verneed."""
     if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         raise ValueError(f"{library}: not an ELF64 little-endian file")
     (shoff,) = struct.unpack_from("<Q", data, 0x28)
     shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
     sections = []
-    for i in range(shnum):
-        name, kind, _, _, offset, size, link, info = struct.unpack_from(
+    for i in range(shnum):  # Elf64_Shdr: name, type, flags, addr, offset, size, link, info
+        _, kind, _, _, offset, _, link, info = struct.unpack_from(
             "<IIQQQQII", data, shoff + i * shentsize
         )
-        sections.append((name, kind, offset, size, link, info))
-    sht_gnu_verneed = 0x6FFFFFFE
-    found = False
-    for _, kind, offset, _, link, count in sections:
-        if kind != sht_gnu_verneed:
+        sections.append((kind, offset, link, info))
+    out: list[tuple[int, str, int]] = []
+    for kind, offset, link, count in sections:
+        if kind != 0x6FFFFFFE:  # SHT_GNU_verneed; info = number of Elf64_Verneed
             continue
-        strtab = sections[link][2]
+        strtab = sections[link][1]
         entry = offset
-        for _ in range(count):
+        for _ in range(count):  # Elf64_Verneed: version, cnt, file, aux, next
             _, cnt, _, aux, nxt = struct.unpack_from("<HHIII", data, entry)
             at = entry + aux
-            for _ in range(cnt):
+            for _ in range(cnt):  # Elf64_Vernaux: hash, flags, other, name, next
                 _, flags, _, name_off, aux_next = struct.unpack_from("<IHHII", data, at)
                 end = data.index(0, strtab + name_off)
-                if data[strtab + name_off : end].decode() == version:
-                    struct.pack_into("<H", data, at + 4, flags | VER_FLG_WEAK)
-                    found = True
-                at += aux_next
+                out.append((at, data[strtab + name_off : end].decode(), flags))
                 if not aux_next:
                     break
+                at += aux_next
             if not nxt:
                 break
             entry += nxt
-    if found:
-        library.write_bytes(bytes(data))
-    return found
+    return out
 
 
 def apply(plan_: Plan, patchelf: Path, workdir: Path) -> list[list[str]]:
