@@ -144,6 +144,8 @@ def build(version: str, rebuild: bool = False) -> Built:
             stamp_path.write_text(json.dumps(stamp) + "\n")
         env = VllmEnv(venv, python, str(stamp["vllm_version"]))
         method = str(stamp["method"]) + (f" + {stamp['pins']}" if "pins" in stamp else "")
+        if any(venv.glob("lib/python*/site-packages/vllm-*+cpu.dist-info")):  # _METADATA_SHIM
+            method += (", " if "pins" in stamp else " + ") + "vllm metadata shim"
         return Built(env, method, "", str(stamp["torch"]), str(stamp["glibcxx"]))
     failed = root / "build-failed.json"  # a release that cannot install here is not retried
     if failed.exists() and not rebuild:
