@@ -13,6 +13,12 @@ in order: a plain install; the release `--no-deps` with its requirements as publ
 from the package index (`torch==X`, the same version); and records the exact error of each step
 in CACHE/matrix/<version>/build.log and in tests/fixtures/matrix/versions.json when all fail.
 
+Releases whose `vllm/_C.abi3.so` needs a newer libstdc++ than this machine's only for
+`std::ios_base_library_init` (0.8-0.10, GCC 13 builds) are patched after the install
+(devtools/glibcxx_patch.py), and the patch is recorded (`patched`) in versions.json and in every
+provenance.json. The live lock is taken here, around each server: do not wrap this command in
+`flock /tmp/vllm-sidecar-live.lock` (flock(1)'s lock would block this process's own).
+
     python -m devtools.matrix                     # every release, newest first
     python -m devtools.matrix 0.31.0 0.28.0       # just these
     python -m devtools.matrix 0.20.2 --workloads mixed decode-heavy   # re-record two cells
