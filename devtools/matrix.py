@@ -173,7 +173,7 @@ def build(version: str, rebuild: bool = False) -> Built:
                     stamp["pins"] = ", ".join(EXTRA_PINS[version])
                 stamp["glibcxx"] = _patch_glibcxx(venv, log)
                 stamp_path.write_text(json.dumps(stamp) + "\n")
-                return Built(VllmEnv(venv, python, got), method, "", torch, stamp["glibcxx"])
+                return build(version)  # read back from the stamp: the method with its pins
             error = f"`import vllm` failed: {_last_error(check[1])}"
         errors.append(f"{method}: {error}")
     if venv.exists():
