@@ -80,7 +80,17 @@ class Entry:
         return self.version if self.engine == "V1" else f"{self.version}-{self.engine.lower()}"
 
     def env(self) -> dict[str, str]:
-        return {"VLLM_USE_V1": "0" if self.engine == "V0" else "1"}
+        engine = {"VLLM_USE_V1": "0" if self.engine == "V0" else "1"}
+        return {**engine, **RELEASE_ENV.get(self.version, {})}
+
+
+# Settings of devtools.server's environment that a release does not know, replaced by its own.
+# 0.8.5 has no `auto` for VLLM_CPU_OMP_THREADS_BIND: its worker passes the string to libnuma
+# (`libnuma: Warning: unparseable cpu description 'auto'`) and the engine process dies before
+# it reports; `all`, its own default, binds nothing.
+RELEASE_ENV: dict[str, dict[str, str]] = {
+    "0.8.5": {"VLLM_CPU_OMP_THREADS_BIND": "all"},
+}
 
 
 # Newest first: the ones likely to install here (torch 2.13.0+cpu is local) come first.
