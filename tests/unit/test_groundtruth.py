@@ -48,7 +48,10 @@ def cpu(case: Path = FIXTURE) -> tuple[ThreadCpu, ...]:
 def checks(case: Path = FIXTURE) -> dict[tuple[int, int], ThreadCheck]:
     stacks = parse_file(case / "record.raw.txt").stacks
     labelled = label_stacks(Classifier(load_rules()), [s for s in stacks if s.frames])
-    return {(c.pid, c.tid): c for c in thread_checks(labelled, stacks, cpu(case))}
+    return {
+        (c.pid, c.tid): c
+        for c in thread_checks(labelled, stacks, cpu(case), load_rules().ground_truth)
+    }
 
 
 def test_wilson_interval() -> None:
