@@ -124,10 +124,10 @@ def _samples(api: int, raw: Path, cpu: dict[tuple[int, int], Any], native: bool)
     labelled = label_stacks(classifier, [s for s in stacks if s.frames])
     checks = thread_checks(labelled, stacks, cpu.values(), rules.ground_truth)
     main = next((c for c in checks if (c.pid, c.tid) == (api, api)), None)
-    loop = sum(ls.stack.weight for ls in labelled if ls.stack in framed
+    on_loop = sum(ls.stack.weight for ls in labelled if ls.stack in framed
                and ls.label.phase is Phase.IDLE and loop_leaf(ls.stack.frames[0]))  # fmt: skip
     out.update(api_main_busy_share=main.busy_share if main else None,
-               api_main_loop_leaf_share=round(loop / n, 4) if n else None,
+               api_main_loop_leaf_share=round(on_loop / n, 4) if n else None,
                api_main_check=main.agreement.value if main else None,
                api_main_reason=main.reason if main else None,
                threads={c.agreement.value: sum(1 for x in checks if x.agreement is c.agreement)
