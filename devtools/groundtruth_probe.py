@@ -39,7 +39,7 @@ from devtools.matrix import live_lock, pyspy
 from devtools.server import VllmServer
 from sidecar.aggregate import label_stacks
 from sidecar.classifier import Classifier
-from sidecar.groundtruth import cpu_over_window, loop_leaf, thread_checks
+from sidecar.groundtruth import cpu_over_window, thread_checks
 from sidecar.parsers import parse_file
 from sidecar.procfs import ProcFs
 from sidecar.records import Phase
@@ -103,6 +103,8 @@ def _samples(api: int, raw: Path, cpu: dict[tuple[int, int], Any], native: bool)
     mine = [s for s in stacks if s.pid in (api, None) and s.thread_id == str(api)]
     framed = [s for s in mine if s.frames]
     n = sum(s.weight for s in framed)
+    rules = load_rules()
+    loop_leaf = rules.ground_truth.loop_leaf
     frameless = sum(s.weight for s in mine if not s.frames)
     out: dict[str, Any] = {"api_main_samples": n, "api_main_frameless": frameless}
     if native:
@@ -118,14 +120,14 @@ def _samples(api: int, raw: Path, cpu: dict[tuple[int, int], Any], native: bool)
                  for k in ("loop sleep", "loop work", "python")}  # fmt: skip
         out.update(native_leaves=dict(leaves.most_common(12)), api_main_native=share)
         return out
-    classifier = Classifier(load_rules())
+    classifier = Classifier(rules)
     labelled = label_stacks(classifier, [s for s in stacks if s.frames])
-    checks = thread_checks(labelled, stacks, cpu.values())
+    checks = thread_checks(labelled, stacks, cpu.values(), rules.ground_truth)
     main = next((c for c in checks if (c.pid, c.tid) == (api, api)), None)
-    loop = sum(ls.stack.weight for ls in labelled if ls.stack in framed
+    on_loop = sum(ls.stack.weight for ls in labelled if ls.stack in framed
                and ls.label.phase is Phase.IDLE and loop_leaf(ls.stack.frames[0]))  # fmt: skip
     out.update(api_main_busy_share=main.busy_share if main else None,
-               api_main_loop_leaf_share=round(loop / n, 4) if n else None,
+               api_main_loop_leaf_share=round(on_loop / n, 4) if n else None,
                api_main_check=main.agreement.value if main else None,
                api_main_reason=main.reason if main else None,
                threads={c.agreement.value: sum(1 for x in checks if x.agreement is c.agreement)

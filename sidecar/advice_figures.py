@@ -9,6 +9,14 @@ window where no request finished has no latency). The names are the vocabulary o
   loop). Besides the phases: `busy` (1 - idle: working, or waiting on a step in flight),
   `host_work` (1 - idle - model_wait - gpu_wait: CPU work, not waiting on the model), `model`
   (forward + attention + prefill + decode + sampling).
+  Measured against /proc (schema 5, sidecar/groundtruth.py), for the role's busiest main thread
+  that does not spin: `main.<role>.busy_measured`, the larger of `busy` and the thread's own CPU
+  share of a core (an event loop working in C, uvloop's socket and HTTP work, looks idle in its
+  samples; just `busy` where /proc was not read), and `main.<role>.unseen_cpu`, the CPU share its
+  samples cannot show (the thread's `unseen_cpu_share` where the check flagged it `cpu_above`,
+  else 0, and 0 where /proc was not read). Both are fractions of the window's time, as shares are.
+- `thread.<role>.main_cpu`: that main thread's CPU share of a core from /proc (missing where /proc
+  was not read: summaries before schema 5, a replayed window).
 - `cpu.<role>`: the role's processes' CPU over the window, in cores (1.0 = one core).
 - `serving.<figure>`: vLLM's /metrics over the window (ServingFigures in
   sidecar/records/readings.py), and derived from them: `queue_time_mean_s` (TTFT mean - prefill
@@ -33,14 +41,16 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
+from sidecar.aggregate import MAIN_THREAD
 from sidecar.computation import step_split
 from sidecar.records import Phase, Role
 from sidecar.records.readings import ServingFigures
-from sidecar.records.summary import SnapshotSummary
+from sidecar.records.summary import Agreement, SnapshotSummary, ThreadCheck
 
 ROLES = tuple(r.value for r in Role)
 PHASES = tuple(p.value for p in Phase)
 GROUPS = ("busy", "host_work", "model")
+MEASURED = ("busy_measured", "unseen_cpu")  # main.<role>.<these>: samples with /proc's CPU
 MODEL_PHASES = ("forward", "attention", "prefill", "decode", "sampling")
 WAITS = ("idle", "model_wait", "gpu_wait")
 # vLLM's defaults for the flags a rule may need when they were not given (vLLM 0.x, all engines).
@@ -57,6 +67,8 @@ GPU = ("count", "util_mean", "util_min", "memory_total_bytes", "memory_used_byte
 STATIC = frozenset(
     [f"serving.{n}" for n in (*SERVING, *DERIVED_SERVING)]
     + [f"cpu.{r}" for r in ROLES]
+    + [f"main.{r}.{n}" for r in ROLES for n in MEASURED]
+    + [f"thread.{r}.main_cpu" for r in ROLES]
     + ["step.prefill_share", "step.decode_share", "host.cpu_cores"]
     + [f"kv.{n}" for n in KV]
     + [f"gpu.{n}" for n in GPU]
@@ -90,6 +102,7 @@ def figures_of(s: SnapshotSummary) -> Figures:
     values: dict[str, float] = {}
     reasons: dict[str, str] = {}
     _shares(s, values, reasons)
+    _measured(s, values, reasons)
     _cpu(s, values, reasons)
     _serving(s.serving, values, reasons)
     _kv_and_gpu(s, values, reasons)
@@ -116,6 +129,29 @@ def _shares(s: SnapshotSummary, values: dict[str, float], reasons: dict[str, str
             values[f"{prefix}.{role}.host_work"] = 1 - sum(shares.get(p, 0.0) for p in WAITS)
             values[f"{prefix}.{role}.model"] = sum(shares.get(p, 0.0) for p in MODEL_PHASES)
     reasons["share"] = reasons["main"] = "no samples of that role in this window"
+
+
+def _measured(s: SnapshotSummary, values: dict[str, float], reasons: dict[str, str]) -> None:
+    """The main threads' samples next to their own CPU time (module docstring)."""
+    mains: dict[str, ThreadCheck] = {}
+    for t in s.threads:
+        if t.name != MAIN_THREAD or t.cpu_share is None or t.agreement is Agreement.SPINS:
+            continue
+        best = mains.get(t.role.value)
+        if best is None or t.cpu_share > (best.cpu_share or 0.0):
+            mains[t.role.value] = t
+    for role in s.main_thread:
+        busy = values[f"main.{role}.busy"]
+        check = mains.get(role)
+        cpu = check.cpu_share if check is not None else None
+        values[f"main.{role}.busy_measured"] = busy if cpu is None else max(busy, cpu)
+        unseen = check.unseen_cpu_share if check is not None else None
+        flagged = check is not None and check.agreement is Agreement.CPU_ABOVE
+        values[f"main.{role}.unseen_cpu"] = (unseen or 0.0) if flagged else 0.0
+        if cpu is not None:
+            values[f"thread.{role}.main_cpu"] = cpu
+    reasons["thread"] = ("no /proc reading of its main thread (summaries before schema 5, a "
+                         "replayed window, or a thread that spins)")  # fmt: skip
 
 
 def _cpu(s: SnapshotSummary, values: dict[str, float], reasons: dict[str, str]) -> None:

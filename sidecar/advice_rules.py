@@ -217,7 +217,8 @@ def _expression(text: Any, where: str, defines: Mapping[str, Node]) -> Node:
     if bad:
         raise ConfigError(
             f"{where}: unknown figures {bad}; see sidecar/advice_figures.py for the names "
-            "(share.<role>.<phase>, main.<role>.<phase>, cpu.<role>, serving.*, kv.*, gpu.*, "
+            "(share.<role>.<phase>, main.<role>.<phase>, cpu.<role>, thread.<role>.main_cpu, "
+            "serving.*, kv.*, gpu.*, "
             "flag.*) or define them under `define:`"
         )
     return node

@@ -27,22 +27,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from sidecar.aggregate import LabelledStack
-from sidecar.records import Frame, Phase, Role, StackSample
+from sidecar.records import Phase, Role, StackSample
 from sidecar.records.readings import ThreadCpu, ThreadTime
 from sidecar.records.summary import Agreement, ThreadCheck
-from sidecar.rules import bare_name, path_matches
+from sidecar.rules import WaitFrames
 
 Z = 2.576  # two-sided 99 % (see the module's docstring)
 TICKS_OF_SLACK = 2  # one clock tick of resolution at each end of the window
-# A wait that spins on the CPU: vLLM's shm_broadcast SpinCondition yields in a loop while its
-# MessageQueue waits (vllm/distributed/device_communicators/shm_broadcast.py).
-SPIN_FUNCTIONS = frozenset({"sched_yield", "__sched_yield", "SpinCondition.wait"})
-# An event loop's own frame as the Python leaf: the loop may be asleep in epoll_wait or running
-# request work in C with no Python frame above it (docs/PHASES.md, "How to decide" 5).
-EVENT_LOOP_LEAVES = (
-    (frozenset({"run", "Runner.run", "run_forever", "_run_once"}), "asyncio/*"),
-    (frozenset({"run"}), "uvloop/*"),
-)
 WAITING_PHASES = frozenset({Phase.MODEL_WAIT, Phase.GPU_WAIT, Phase.COMMUNICATION})
 LOOP_MAJORITY = 0.5  # of a thread's samples, for the event loop to be the reason
 FAILED_READS_NOTABLE = 0.1  # of a thread's reads, for failed reads to be the reason
@@ -90,13 +81,15 @@ def thread_checks(
     labelled: Iterable[LabelledStack],
     stacks: Iterable[StackSample],
     cpu: Iterable[ThreadCpu],
+    frames: WaitFrames,
 ) -> tuple[ThreadCheck, ...]:
     """One check per sampled thread (pid, tid), in pid and tid order; () when /proc was not
-    read at all (a window replayed from recorded stacks measures no CPU)."""
+    read at all (a window replayed from recorded stacks measures no CPU). FRAMES: the rules
+    file's spinning waits and event-loop leaves (`ground_truth:` in configs/phases.yaml)."""
     measured = {(c.pid, c.tid): c for c in cpu}
     if not measured:
         return ()
-    threads = _threads(labelled, stacks)
+    threads = _threads(labelled, stacks, frames)
     reads = _expected_reads(threads)
     return tuple(
         _check(key, t, measured.get(key), reads.get(key[0], 0))
@@ -105,7 +98,7 @@ def thread_checks(
 
 
 def _threads(
-    labelled: Iterable[LabelledStack], stacks: Iterable[StackSample]
+    labelled: Iterable[LabelledStack], stacks: Iterable[StackSample], frames: WaitFrames
 ) -> dict[tuple[int, int], _Thread]:
     out: dict[tuple[int, int], _Thread] = defaultdict(_Thread)
     for ls in labelled:
@@ -121,10 +114,9 @@ def _threads(
             t.busy_leaves = (t.busy_leaves or Counter()) + Counter({leaf: n})
         if label.phase in WAITING_PHASES:
             t.waiting = (t.waiting or Counter()) + Counter({label.phase.value: n})
-        if any(f.function in SPIN_FUNCTIONS or bare_name(f.function) in SPIN_FUNCTIONS
-               for f in ls.stack.frames):  # fmt: skip
+        if frames.spins(ls.stack.frames):
             t.spinning += n
-        if label.phase is Phase.IDLE and loop_leaf(ls.stack.frames[0]):
+        if label.phase is Phase.IDLE and frames.loop_leaf(ls.stack.frames[0]):
             t.loop_leaf += n
     for stack in stacks:
         key = _key(stack)
@@ -137,14 +129,6 @@ def _key(stack: StackSample) -> tuple[int, int] | None:
     if stack.pid is None or stack.thread_id is None or not stack.thread_id.isdigit():
         return None  # py-spy names native thread ids in decimal with --threads
     return stack.pid, int(stack.thread_id)
-
-
-def loop_leaf(frame: Frame) -> bool:
-    return any(
-        (frame.function in names or bare_name(frame.function) in names)
-        and path_matches(frame.file, glob)
-        for names, glob in EVENT_LOOP_LEAVES
-    )
 
 
 def _expected_reads(threads: Mapping[tuple[int, int], _Thread]) -> dict[int, int]:

@@ -7,10 +7,11 @@ module does not. Every error names the rule and the key at fault.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hashlib
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from functools import lru_cache
@@ -79,6 +80,23 @@ class FrameSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class WaitFrames:
+    """The frames the ground-truth check (sidecar/groundtruth.py) reads, from the rules file's
+    `ground_truth:`: a thread with a `spin` frame waits by spinning on the CPU (its CPU time
+    cannot tell work from waiting); an idle sample whose leaf is a `loop_leaves` frame is an
+    event loop's own frame, asleep or working in C with no Python frame above it."""
+
+    spin: tuple[FrameSpec, ...] = ()
+    loop_leaves: tuple[FrameSpec, ...] = ()
+
+    def spins(self, frames: Iterable[Frame]) -> bool:
+        return any(spec.matches_frame(f) for f in frames for spec in self.spin)
+
+    def loop_leaf(self, frame: Frame) -> bool:
+        return any(spec.matches_frame(frame) for spec in self.loop_leaves)
+
+
+@dataclass(frozen=True, slots=True)
 class Rule:
     name: str
     kind: RuleKind
@@ -119,6 +137,7 @@ class RuleSet:
     source: str
     version: str | None = None  # the file's `version:`
     digest: str | None = None  # sha256 of the file's text: two edits of one version differ
+    ground_truth: WaitFrames = field(default_factory=WaitFrames)
     # Per instance, never compared or hashed: hashing a rule set walks every rule (about
     # 160 us for the shipped file), far too slow for a key looked up once per frame.
     _matches: dict[tuple[str, str, bool], FrameMatch] = field(
@@ -220,7 +239,7 @@ def parse_rules(text: str, source: str = "<rules>") -> RuleSet:
         raise ConfigError(f"{source} is not valid YAML: {exc}. Fix the syntax and retry.") from exc
     if not isinstance(data, Mapping) or not isinstance(data.get("rules"), list):
         raise ConfigError(f"{source}: expected a mapping with a `rules:` list at the top level")
-    unknown = set(data) - {"version", "rules", "roles", "fork_boundaries"}
+    unknown = set(data) - {"version", "rules", "roles", "fork_boundaries", "ground_truth"}
     if unknown:
         raise ConfigError(f"{source}: unknown top-level keys {sorted(unknown)}")
     rules = tuple(_parse_rule(raw, i, source) for i, raw in enumerate(data["rules"]))
@@ -235,7 +254,25 @@ def parse_rules(text: str, source: str = "<rules>") -> RuleSet:
     version = data.get("version")
     return RuleSet(rules=rules, roles=roles, fork_boundaries=forks, source=source,
                    version=None if version is None else str(version),
-                   digest=hashlib.sha256(text.encode("utf-8")).hexdigest())  # fmt: skip
+                   digest=hashlib.sha256(text.encode("utf-8")).hexdigest(),
+                   ground_truth=_parse_ground_truth(data.get("ground_truth"), source))  # fmt: skip
+
+
+def _parse_ground_truth(raw: Any, source: str) -> WaitFrames:
+    """The file's `ground_truth:`; a file without one (an operator's copy from before it)
+    takes the built-in file's, so its spinning threads are not flagged as busy."""
+    where = f"{source}: ground_truth"
+    if raw is None:
+        return _builtin_ground_truth()
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: expected a mapping with `spin_waits:` and "
+                          "`event_loop_leaves:` lists of frame specs")  # fmt: skip
+    unknown = set(raw) - {"spin_waits", "event_loop_leaves"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown keys {sorted(unknown)} (spin_waits, "
+                          "event_loop_leaves)")  # fmt: skip
+    spin = _specs(raw.get("spin_waits"), f"{where}: spin_waits")
+    return WaitFrames(spin, _specs(raw.get("event_loop_leaves"), f"{where}: event_loop_leaves"))
 
 
 def _parse_rule(raw: Any, index: int, source: str) -> Rule:
@@ -358,3 +395,15 @@ def _optional_enum(cls: type[_E], raw: Any, where: str) -> _E | None:
 
 def _names(cls: type[Enum]) -> list[str]:
     return [str(m.value) for m in cls]
+
+
+@functools.cache
+def _builtin_ground_truth() -> WaitFrames:
+    path = default_rules_path()
+    try:
+        data = yaml.load(path.read_text(encoding="utf-8"),
+                         Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # fmt: skip
+    except (OSError, yaml.YAMLError):
+        return WaitFrames()  # the built-in file is unreadable: load_rules says so when used
+    raw = data.get("ground_truth") if isinstance(data, Mapping) else None
+    return _parse_ground_truth(raw, str(path)) if raw is not None else WaitFrames()

@@ -31,6 +31,7 @@ from sidecar.records.summary import (
     SnapshotSummary,
     TargetSection,
 )
+from sidecar.rules import WaitFrames
 from sidecar.sampler import Window
 
 
@@ -63,6 +64,7 @@ class Snapshot:
     phase_summary: PhaseSummary
     rules_source: str
     readings: Readings = field(default_factory=Readings)
+    wait_frames: WaitFrames = field(default_factory=WaitFrames)  # the rules' `ground_truth:`
     deployment: str | None = None
     fingerprint: Fingerprint | None = None
 
@@ -101,7 +103,9 @@ class Snapshot:
             serving=self.readings.serving or ServingFigures(reason="vLLM /metrics not read"),
             kv_cache=self.readings.kv_cache,
             custom=self.readings.custom,
-            threads=thread_checks(self.labelled, self.window.stacks, self.readings.thread_cpu),
+            threads=thread_checks(
+                self.labelled, self.window.stacks, self.readings.thread_cpu, self.wait_frames
+            ),
         )
 
     def stack_rows(self, kind: str | None = None) -> list[dict[str, Any]]:
@@ -133,6 +137,7 @@ def build_snapshot(
         labelled=labelled,
         phase_summary=summarize(labelled),
         rules_source=classifier.rules.source,
+        wait_frames=classifier.rules.ground_truth,
         readings=readings or Readings(),
         deployment=deployment,
         fingerprint=fingerprint,

@@ -48,7 +48,10 @@ def cpu(case: Path = FIXTURE) -> tuple[ThreadCpu, ...]:
 def checks(case: Path = FIXTURE) -> dict[tuple[int, int], ThreadCheck]:
     stacks = parse_file(case / "record.raw.txt").stacks
     labelled = label_stacks(Classifier(load_rules()), [s for s in stacks if s.frames])
-    return {(c.pid, c.tid): c for c in thread_checks(labelled, stacks, cpu(case))}
+    return {
+        (c.pid, c.tid): c
+        for c in thread_checks(labelled, stacks, cpu(case), load_rules().ground_truth)
+    }
 
 
 def test_wilson_interval() -> None:
@@ -176,3 +179,46 @@ def test_the_html_page_shows_the_main_threads_cpu_from_proc() -> None:
     inputs = PageInputs(snapshot_summary(), "recorded", Missing("none"), Missing("no flame"))
     page = render_page(inputs)
     assert '<p class="proc-cpu">CPU measured from /proc, share of a core per main thread: ' in page
+
+
+def test_advice_reads_the_main_threads_cpu_from_proc() -> None:
+    """`main.<role>.busy_measured` is the larger of the main thread's busy samples and its own
+    /proc CPU; on this real window every thread agrees, so nothing is unseen."""
+    from sidecar.advice_figures import figures_of
+
+    s = snapshot_summary()
+    f = figures_of(s)
+    main = next(t for t in s.threads if (t.pid, t.tid) == (API, API))
+    assert f.get("thread.api_server.main_cpu") == main.cpu_share
+    busy = f.get("main.api_server.busy")
+    assert busy is not None and main.cpu_share is not None
+    assert f.get("main.api_server.busy_measured") == max(busy, main.cpu_share)
+    assert f.get("main.api_server.unseen_cpu") == 0.0
+    # The spinning main threads (EngineCore, worker) are not read as busy from /proc.
+    assert f.get("thread.engine_core.main_cpu") is None
+    assert f.get("main.engine_core.busy_measured") == f.get("main.engine_core.busy")
+
+
+def test_a_busy_event_loop_that_looks_idle_still_raises_the_api_server_finding() -> None:
+    """The issue's case, its readings constructed on the real window: the API server's main
+    thread used 60 % of a core by /proc while its samples say mostly idle (uvloop working in C
+    under `Runner.run`). Its samples alone would not fire the finding; with /proc it does, and
+    the evidence says how much of the work the stacks do not show."""
+    from dataclasses import replace
+
+    from sidecar.advice import findings
+    from sidecar.advice_figures import figures_of
+
+    s = snapshot_summary()
+    main = next(t for t in s.threads if (t.pid, t.tid) == (API, API))
+    busy = 1 - s.main_thread["api_server"]["idle"]
+    assert busy < 0.5  # what the samples say
+    loud = replace(main, cpu_share=0.60, agreement=Agreement.CPU_ABOVE,
+                   unseen_cpu_share=0.60 - busy, reason="event loop leaf")  # fmt: skip
+    constructed = replace(s, threads=tuple(loud if t is main else t for t in s.threads))
+    assert "api-server-saturated" not in {x.id for x in findings(s)}
+    fired = {x.id: x for x in findings(constructed)}
+    assert "api-server-saturated" in fired
+    assert figures_of(constructed).get("main.api_server.busy_measured") == 0.60
+    evidence = "\n".join(fired["api-server-saturated"].evidence)
+    assert "its own CPU from /proc: 60% of a core" in evidence

@@ -116,3 +116,23 @@ def test_default_rules_load_and_name_versions() -> None:
 )
 def test_path_globs_match_on_segment_boundaries(path: str, glob: str, expected: bool) -> None:
     assert path_matches(path, glob) is expected
+
+
+def test_the_ground_truth_frames_are_data_in_the_rules_file() -> None:
+    """Spinning waits and event-loop leaves (sidecar/groundtruth.py) come from `ground_truth:`,
+    checked like any frame spec; a file without the section takes the built-in one's."""
+    truth = load_rules().ground_truth
+    spin = Frame("wait", "vllm/distributed/device_communicators/shm_broadcast.py")
+    assert truth.spins([Frame("SpinCondition.wait", spin.file, 120)])
+    assert not truth.spins([Frame("acquire_read", spin.file, 400)])
+    assert truth.loop_leaf(Frame("Runner.run", "/usr/lib/python3.11/asyncio/runners.py", 118))
+    assert truth.loop_leaf(Frame("run", "site-packages/uvloop/__init__.py", 92))
+    assert not truth.loop_leaf(Frame("run", "vllm/entrypoints/openai/api_server.py", 10))
+    assert parse_rules(GOOD).ground_truth == truth
+    own = parse_rules(GOOD + "ground_truth:\n  spin_waits: [{function: my_spin}]\n")
+    assert own.ground_truth.spins([Frame("my_spin", "x.py", 1)])
+    assert own.ground_truth.loop_leaves == ()
+    with pytest.raises(ConfigError, match="ground_truth: unknown keys"):
+        parse_rules(GOOD + "ground_truth:\n  spinners: []\n")
+    with pytest.raises(ConfigError, match="frame spec needs `function:`"):
+        parse_rules(GOOD + "ground_truth:\n  event_loop_leaves: [{file: x.py}]\n")
