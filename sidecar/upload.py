@@ -235,12 +235,12 @@ class Uploader:
             return False
         entry = pending[0]
         try:
-            self._upload(entry, stop)
-        except (UploadError, OSError) as exc:
-            if not entry.path.is_dir():  # deleted by hand meanwhile: nothing left to upload
+            if not (entry.path / "summary.json").is_file():  # deleted by hand meanwhile
                 log.info("snapshot %s is gone; not uploading it", entry.name)
                 self.ledger.confirm(entry.name, {"gone": True})
                 return True
+            self._upload(entry, stop)
+        except (UploadError, OSError) as exc:
             self._failed(entry, exc)
             self.on_change(self.status(len(pending)))
             return False
