@@ -17,25 +17,36 @@ from urllib.parse import urlsplit
 
 from sidecar.config import CREDENTIALS_HELP, UploadConfig
 from sidecar.errors import ConfigError
+from sidecar.upload import UploadError
 
 S3_MISSING = ("upload.url is set but s3fs is not installed: pip install 'vllm-sidecar[s3]' "
               "(or unset upload.url)")  # fmt: skip
 
 
 class FsspecStore:
-    """`put` and fresh listings over any fsspec filesystem, under `root` (bucket/prefix)."""
+    """`put` and fresh listings over any fsspec filesystem, under `root` (bucket/prefix).
+
+    The error policy of the boundary: whatever the filesystem raises (OSError from s3fs,
+    botocore's EndpointConnectionError or ClientError, aiohttp's) is an UploadError, a failed
+    try the uploader counts and backs off from; none ends the upload thread."""
 
     def __init__(self, fs: Any, root: str, url: str) -> None:
         self.fs, self.url = fs, url
         self.root = root.rstrip("/")
 
     def put(self, local: Path, key: str) -> None:
-        self.fs.put_file(str(local), f"{self.root}/{key}")
+        try:
+            self.fs.put_file(str(local), f"{self.root}/{key}")
+        except Exception as exc:
+            raise UploadError(f"put {self.url}/{key}: {type(exc).__name__}: {exc}") from exc
 
     def sizes(self, prefix: str) -> Mapping[str, int]:
         path = f"{self.root}/{prefix}"
-        self.fs.invalidate_cache(path)  # a listing cached before an outage proves nothing
-        found = self.fs.find(path, detail=True)
+        try:
+            self.fs.invalidate_cache(path)  # a listing cached before an outage proves nothing
+            found = self.fs.find(path, detail=True)
+        except Exception as exc:
+            raise UploadError(f"list {self.url}/{prefix}: {type(exc).__name__}: {exc}") from exc
         base = self.fs._strip_protocol(self.root).rstrip("/") + "/"
         return {p[len(base):] if p.startswith(base) else p: int(info["size"])
                 for p, info in found.items()}  # fmt: skip

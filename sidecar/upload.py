@@ -284,7 +284,7 @@ class Uploader:
         self.failures_total += 1
         self._delay = min(self.backoff_max_s, self._delay * 2 if self._delay else self.backoff_s)
         self._not_before = self.clock() + self._delay
-        reason = f"{type(exc).__name__}: {exc}"
+        reason = str(exc) if isinstance(exc, UploadError) else f"{type(exc).__name__}: {exc}"
         if self._failing is None:
             log.warning("cannot upload snapshot %s to %s (%s); the backlog waits and is "
                         "retried with backoff; nothing is deleted locally until it is "
