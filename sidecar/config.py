@@ -117,12 +117,12 @@ CREDENTIAL_KEYS = frozenset({
     "aws_access_key_id", "aws_secret_access_key", "aws_session_token", "session_token",
     "password", "credentials",
 })  # fmt: skip
-CREDENTIALS_HELP = (
-    "credentials never go in the sidecar's config: give them through the standard AWS chain, "
-    "i.e. AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the service's environment (systemd: "
-    "EnvironmentFile=, Docker: env_file:), a profile in ~/.aws/credentials (AWS_PROFILE), or an "
-    "instance role"
+AWS_CHAIN_HELP = (
+    "give them through the standard AWS chain: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in "
+    "the service's environment (systemd: EnvironmentFile=, Docker: env_file:), a profile in "
+    "~/.aws/credentials (AWS_PROFILE), or an instance role"
 )
+CREDENTIALS_HELP = "credentials never go in the sidecar's config: " + AWS_CHAIN_HELP
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from sidecar.config import CREDENTIALS_HELP, UploadConfig
+from sidecar.config import AWS_CHAIN_HELP, UploadConfig
 from sidecar.errors import ConfigError
 from sidecar.upload import UploadError
 
@@ -107,7 +107,7 @@ def probe(config: UploadConfig, fs: Any | None = None) -> Probe:
         except ConfigError as exc:
             return Probe(False, str(exc), "pip install 'vllm-sidecar[s3]'")
         if source is None:
-            return Probe(False, "no AWS credentials found", CREDENTIALS_HELP)
+            return Probe(False, "no AWS credentials found", AWS_CHAIN_HELP)
     else:
         source = "given"
     store = open_object_store(config, fs)

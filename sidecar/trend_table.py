@@ -200,7 +200,11 @@ class TrendTable:
             raise TableError(f"cannot read {part}: {exc}") from exc
         if table is None or table.num_rows == 0:
             return None
-        self._write(table, dest)
+        try:  # a staging copy for an upload: no fsync, the table's own files stay the truth
+            pq.write_table(table.replace_schema_metadata(table_schema().metadata), dest,
+                           compression="zstd")  # fmt: skip
+        except pa.ArrowException as exc:
+            raise TableError(f"cannot write {dest}: {exc}") from exc
         return dest
 
     def compact(self, keep: Collection[str] | None = None) -> pa.Table:
