@@ -52,6 +52,10 @@ class UploadError(Exception):
     """A folder's upload did not complete (the store refused, or the listing did not match)."""
 
 
+class _Stopped(Exception):
+    """The daemon is stopping: the folder is left unconfirmed, to be redone whole; no failure."""
+
+
 class ObjectStore(Protocol):
     """Where uploads go: keys are relative to the configured URL."""
 
@@ -240,6 +244,8 @@ class Uploader:
                 self.ledger.confirm(entry.name, {"gone": True})
                 return True
             self._upload(entry, stop)
+        except _Stopped:
+            return False
         except (UploadError, OSError) as exc:
             self._failed(entry, exc)
             self.on_change(self.status(len(pending)))
@@ -262,7 +268,7 @@ class Uploader:
                                                                  Path(tmp)))  # fmt: skip
             for local, key in plan.files:
                 if stop():
-                    raise UploadError("stopped midway; the folder is redone at the next start")
+                    raise _Stopped
                 self.remote.put(local, f"{plan.prefix}/{key}")
             self._verify(plan)
             when = datetime.fromtimestamp(self.wall(), UTC).isoformat(timespec="seconds")

@@ -210,6 +210,7 @@ def test_a_restart_resumes_the_backlog_and_redoes_a_cut_folder_whole(tmp_path: P
     third = remote.puts[puts_before_stop - 1]
     assert remote.puts.count(third) == 2  # the cut folder's first object, put again
     assert len(list((store.dir / MARKERS_DIR).glob("*.json"))) == 12
+    assert first.failures_total == 0  # a stop is no failure
 
 
 def test_a_folder_deleted_by_hand_leaves_the_backlog(store: SnapshotStore) -> None:
