@@ -83,11 +83,17 @@ def run(work: Path, server: MotoServer, n: int) -> None:
                           backoff_s=0.5, backoff_max_s=4, retries=0)  # fmt: skip
     up = Uploader(store, open_object_store(config), config.backoff_s, config.backoff_max_s)
     mb = store.total_bytes_used / 2**20
-    done, wall, cpu = timed(up.drain)
+    each = []
+    wall, cpu = time.perf_counter(), time.process_time()
+    while up.status().backlog:
+        each.append(timed(up.step)[1])
+    done, wall, cpu = len(each), time.perf_counter() - wall, time.process_time() - cpu
     objects = len(server.objects())
     print(f"backlog of {done} folders ({mb:.1f} MiB, {objects} objects): {wall:.1f} s wall, "
           f"{done / wall:.1f} folders/s, {mb / wall:.2f} MiB/s; uploader CPU {cpu:.1f} s = "
-          f"{1000 * cpu / done:.0f} ms per folder")  # fmt: skip
+          f"{1000 * cpu / done:.0f} ms per folder; median per folder "
+          f"{1000 * statistics.median(each[:48]):.0f} ms over the first 48, "
+          f"{1000 * statistics.median(each[-48:]):.0f} ms over the last 48")  # fmt: skip
 
     lay_out(work / "out", 1, offset=n)
     store = SnapshotStore(work / "out", HOST, KEEP_ALL)  # it rescans: the new folder is seen
