@@ -327,3 +327,17 @@ def test_doctor_finds_credentials_in_the_environment_and_lists_the_bucket(
     fs: Any = fsspec.filesystem("memory")
     fs.pipe_file("/doctor-bucket/p/x", b"1")
     assert probe(UploadConfig(url="s3://doctor-bucket/p"), fs).ok
+
+
+def test_without_s3fs_a_config_that_uploads_fails_at_start_naming_the_extra(
+    store: SnapshotStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from sidecar.config import Config
+    from sidecar.parts import open_uploader
+
+    assert open_uploader(Config(), store) is None  # upload.url unset: nothing is imported
+    monkeypatch.setitem(sys.modules, "s3fs", None)  # as when the extra is not installed
+    with pytest.raises(ConfigError, match=r"pip install 'vllm-sidecar\[s3\]'"):
+        open_uploader(Config(upload=UploadConfig(url="s3://bucket/p")), store)
