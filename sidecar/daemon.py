@@ -227,7 +227,9 @@ class Daemon:
         if parts.uploads is None:
             self.state.update_upload(None)
             return
-        parts.uploads.uploader.on_change = self.state.update_upload
+        uploader = parts.uploads.uploader
+        uploader.on_change = self.state.update_upload
+        self.state.update_upload(uploader.status())  # the backlog on disk, before any try
         parts.uploads.start()
 
     def _collector(self, target: Deployment, first: bool) -> WindowCollector:

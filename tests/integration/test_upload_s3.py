@@ -6,7 +6,9 @@ through the code under test."""
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -172,3 +174,53 @@ def test_doctor_reaches_the_bucket_and_names_what_is_wrong(
     moto.kill()
     down = probe(upload_config(moto, retries=0))
     assert not down.ok and "endpoint_url" in down.fix
+
+
+def test_the_daemon_uploads_its_windows_and_a_restart_finishes_what_its_stop_cut(
+    tmp_path: Path, moto: MotoServer
+) -> None:
+    """The daemon's real parts (store, uploads) as `run` builds them, its windows from the fake
+    collector of the daemon's unit tests (no vLLM here), its clock fake: the windows are written
+    faster than the upload thread, in real time, sends them: the test lets it confirm one
+    folder between windows, and the stop cuts the backlog."""
+    from dataclasses import replace
+
+    from sidecar.config import OutputConfig
+    from sidecar.daemon import Daemon
+    from sidecar.parts import Builders
+    from sidecar.pyspy import SubprocessPySpy
+    from tests.unit.test_daemon_loop import CONFIG, INTERVAL, T0, World, deployment, rules
+
+    output = OutputConfig(dir=tmp_path / "out", retention_days=3650,
+                          baseline_retention_days=3650, min_free_mb=0)  # fmt: skip
+    config = replace(CONFIG, output=output, upload=upload_config(moto))
+    world = World()
+    world.start(deployment(100))
+    make = Builders(rules=rules, py_spy=lambda path: SubprocessPySpy.find(sys.executable),
+                    gpu=lambda enabled: None)  # fmt: skip
+    d = Daemon(config, environ={}, clock=world.time.clock, wall_clock=world.time.wall,
+               wait=world.wait, builders=make, find_target=world.find, alive=world.alive,
+               make_collector=world.collector)  # fmt: skip
+    world.daemon = d
+
+    def first_upload_confirmed() -> None:  # in real time: the thread's first folder
+        deadline = time.monotonic() + 30
+        while (status := d.state.view.upload) is None or status.uploaded_total < 1:
+            assert time.monotonic() < deadline, status
+            time.sleep(0.05)
+
+    world.time.at(T0 + INTERVAL + 30, first_upload_confirmed)  # between windows 2 and 3
+    world.stop_at(T0 + 3 * INTERVAL + 30)
+    d.serve()
+    store = d.parts.store
+    assert isinstance(store, SnapshotStore)
+    names = [e.name for e in store.snapshots()]
+    status = d.state.view.upload
+    assert len(names) == 4 and status is not None and status.uploaded_total >= 1
+    assert status.failures_total == 0
+    # a restart: what the stop left drains; every window arrives once, all still on disk
+    again = open_uploader(config, SnapshotStore(output.dir, store.host, store.retention))
+    assert again is not None
+    again.uploader.drain()
+    assert complete(moto.objects()) == Counter({n: 1 for n in names})
+    assert [e.name for e in store.snapshots()] == names

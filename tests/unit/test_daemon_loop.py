@@ -709,6 +709,9 @@ class FakeUploads:
     def held(self, name: str) -> bool:
         return True
 
+    def status(self) -> str:
+        return "status at start"
+
     def start(self) -> None:
         self.events.append("start")
 
