@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv vllm-env browser lint unit integration test demo bench bench-trend soak noise record-diff validate-deploy schema clean
+.PHONY: venv vllm-env browser lint unit integration test demo bench bench-trend soak noise record-diff validate-deploy schema clean bench-upload
 
 venv: $(STAMP)
 
@@ -71,3 +71,8 @@ clean:
 # /tmp/trend-bench; a few minutes); the figures are in the README's "Trends over days".
 bench-trend: venv
 	$(BIN)/python benchmarks/trend.py
+
+# Uploads into moto's S3 API server on loopback: a day's backlog (288 folders), one more folder,
+# an outage and its drain (1 to 2 min); the figures are in the README's "Snapshots to object storage".
+bench-upload: venv
+	$(BIN)/python -m benchmarks.upload

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import Field, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
@@ -95,12 +96,43 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class UploadConfig:
+    # s3://bucket/prefix: each finished snapshot folder goes under it (sidecar/upload.py);
+    # None: nothing is uploaded. Credentials come from the AWS chain (environment, ~/.aws, an
+    # instance role), never from this file: `key`/`secret` here are refused (CREDENTIAL_KEYS).
+    url: str | None = field(default=None, metadata=unit(u.OBJECT_URL, optional=True))
+    # An S3-compatible store's API (MinIO, Ceph, R2, moto); None: AWS's own endpoints.
+    endpoint_url: str | None = field(default=None, metadata=unit(u.URL, optional=True))
+    # After a failed try the backlog waits backoff_s, doubled per failure up to backoff_max_s.
+    backoff_s: float = field(default=5.0, metadata=unit(u.SECONDS, positive=True))
+    backoff_max_s: float = field(default=600.0, metadata=unit(u.SECONDS, positive=True))
+    # Per request (connect and read); botocore's own retries are kept to `retries`.
+    timeout_s: float = field(default=10.0, metadata=unit(u.SECONDS, positive=True))
+    retries: int = field(default=2, metadata=unit(u.COUNT))
+
+
+# Settings that would put a secret in the config file in plain text: refused with the fix.
+CREDENTIAL_KEYS = frozenset({
+    "key", "secret", "token", "access_key", "secret_key", "access_key_id", "secret_access_key",
+    "aws_access_key_id", "aws_secret_access_key", "aws_session_token", "session_token",
+    "password", "credentials",
+})  # fmt: skip
+AWS_CHAIN_HELP = (
+    "give them through the standard AWS chain: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in "
+    "the service's environment (systemd: EnvironmentFile=, Docker: env_file:), a profile in "
+    "~/.aws/credentials (AWS_PROFILE), or an instance role"
+)
+CREDENTIALS_HELP = "credentials never go in the sidecar's config: " + AWS_CHAIN_HELP
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     target: TargetConfig = TargetConfig()
     sampling: SamplingConfig = SamplingConfig()
     schedule: ScheduleConfig = ScheduleConfig()
     output: OutputConfig = OutputConfig()
     metrics: MetricsConfig = MetricsConfig()
+    upload: UploadConfig = UploadConfig()
     # The sidecar's own /metrics; "off" disables it.
     exporter_listen: str = field(default="127.0.0.1:9464", metadata=unit(u.LISTEN))
     gpu: bool = field(default=True, metadata=unit(u.BOOL))
@@ -257,6 +289,8 @@ def _env_entries(environ: Mapping[str, str]) -> Iterator[Entry]:
     for name, value in environ.items():
         if not name.startswith(ENV_PREFIX) or name in NOT_SETTINGS:
             continue
+        if name.startswith(ENV_PREFIX + "UPLOAD_") and name[20:].lower() in CREDENTIAL_KEYS:
+            raise ConfigError(f"{name}: refused; {CREDENTIALS_HELP}")
         if name not in ENV_VARIABLES:
             guess = difflib.get_close_matches(name, ENV_VARIABLES, n=1)
             raise ConfigError(
@@ -283,6 +317,8 @@ def _apply(base: Config, entries: list[Entry]) -> tuple[Config, dict[str, str]]:
 
 def _field_for(key: str, where: str) -> Field[Any]:
     section, dot, name = key.partition(".")
+    if section == "upload" and name.lower() in CREDENTIAL_KEYS:
+        raise ConfigError(f"{key}: refused ({where}); {CREDENTIALS_HELP}")
     if dot and section in _SECTIONS:
         known = _settings(_SECTIONS[section])
         if name not in known:
@@ -313,7 +349,8 @@ def _parse(f: Field[Any], raw: Any, key: str, where: str) -> Any:
         if f.metadata["positive"] and value == 0:
             raise Unfit("is zero")
     except Unfit as exc:
-        shown = repr(raw) if len(repr(raw)) <= 60 else repr(raw)[:57] + "..."
+        shown = re.sub(r"//[^/@\s]*@", "//***@", repr(raw))  # never echo a secret to a log
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
         raise ConfigError(f"{key}: {shown} {exc}; {unit.hint} ({where})") from None
     return value
 
@@ -333,6 +370,14 @@ def validate(c: Config) -> None:
         raise ConfigError(
             f"schedule.baseline_every_s ({s.baseline_every_s:g}) must be at least "
             f"schedule.interval_s ({s.interval_s:g})"
+        )
+    endpoint = c.upload.endpoint_url
+    if endpoint is not None and "@" in endpoint.split("//", 1)[-1].split("/", 1)[0]:
+        raise ConfigError(f"upload.endpoint_url holds credentials; {CREDENTIALS_HELP}")
+    if c.upload.backoff_max_s < c.upload.backoff_s:
+        raise ConfigError(
+            f"upload.backoff_max_s ({c.upload.backoff_max_s:g}) is shorter than backoff_s "
+            f"({c.upload.backoff_s:g}); raise backoff_max_s"
         )
     if c.target.pid is not None and c.target.pid_file is not None:
         raise ConfigError("give target.pid or target.pid_file, not both")

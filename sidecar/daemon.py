@@ -40,7 +40,14 @@ from sidecar.failures import (
     reading_failures,
 )
 from sidecar.notify import SystemdNotifier, watchdog_interval
-from sidecar.parts import Builders, WindowCollector, WindowResult, build_parts, real_collector
+from sidecar.parts import (
+    Builders,
+    Parts,
+    WindowCollector,
+    WindowResult,
+    build_parts,
+    real_collector,
+)
 from sidecar.schedule import PlannedWindow
 
 log = logging.getLogger("vllm_sidecar")
@@ -128,6 +135,7 @@ class Daemon:
     def serve(self) -> int:
         """Wait for the target, then windows until stopped. Raises only for the start."""
         self.parts.store.cleanup_temp()
+        self._start_uploads(self.parts)
         try:
             self.target = self._wait_for_target_at_start()
             if self.target is None:
@@ -141,6 +149,8 @@ class Daemon:
                                             self._outage.reason)  # fmt: skip
         finally:
             self.notifier.stopping()
+            if self.parts.uploads is not None:
+                self.parts.uploads.stop()
             if self.parts.gpu is not None:
                 self.parts.gpu.close()
         return 0
@@ -196,6 +206,8 @@ class Daemon:
         if outcome.path is None:
             failures.append(Failure(WindowFailure.WRITE, outcome.skipped_reason or "not written"))
         self.failures.settle(failures, checked=WINDOW_KINDS)
+        if outcome.path is not None and self.parts.uploads is not None:
+            self.parts.uploads.wake()
         written = str(outcome.path) if outcome.path else None
         summary = snapshot.summary(kind)
         self.state.update_snapshot(summary, kind, written, findings(summary, self.parts.advice))
@@ -208,6 +220,17 @@ class Daemon:
                      f"; partial: {w.partial_reason}" if w.partial else "")  # fmt: skip
         else:  # the store warns once per change of disk state; this is the per-tick detail
             log.debug("%s not written: %s", kind, outcome.skipped_reason)
+
+    def _start_uploads(self, parts: Parts) -> None:
+        """The upload thread (upload.url): its own thread, so that no request to the object
+        store can hold up a window's deadline (sidecar/upload.py)."""
+        if parts.uploads is None:
+            self.state.update_upload(None)
+            return
+        uploader = parts.uploads.uploader
+        uploader.on_change = self.state.update_upload
+        self.state.update_upload(uploader.status())  # the backlog on disk, before any try
+        parts.uploads.start()
 
     def _collector(self, target: Deployment, first: bool) -> WindowCollector:
         def alive() -> bool:
@@ -331,6 +354,10 @@ class Daemon:
                 old.gpu.close()
             if new.store is not old.store:
                 new.store.cleanup_temp()
+            if new.uploads is not old.uploads:
+                if old.uploads is not None:
+                    old.uploads.stop()
+                self._start_uploads(new)
             log.info("configuration reloaded from %s", config.source)
             if config.exporter_listen != old.config.exporter_listen:
                 log.warning("exporter_listen changed: takes effect at the next restart")

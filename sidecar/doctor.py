@@ -52,6 +52,8 @@ def run_checks(config: Config) -> list[Check]:
         checks.append(_metrics(config, target))
     checks += _custom(config, target)
     checks.append(_output(config))
+    if config.upload.url is not None:
+        checks.append(_upload(config))
     return checks
 
 
@@ -158,6 +160,14 @@ def _output(config: Config) -> Check:
     status = Status.OK if free >= need else Status.WARN
     fix = "" if status is Status.OK else "free disk space or lower output.min_free_mb"
     return Check("output", status, f"{folder}: writable, {free / 2**30:.1f} GiB free", fix)
+
+
+def _upload(config: Config) -> Check:
+    """Credentials in the AWS chain, and the bucket listed (sidecar/objectstore.py)."""
+    from sidecar.objectstore import probe
+
+    found = probe(config.upload)
+    return Check("upload", Status.OK if found.ok else Status.FAIL, found.detail, found.fix)
 
 
 def _has_cap(bit: int) -> bool:

@@ -148,6 +148,8 @@ class SnapshotStore:
         self.retention = retention
         self._disk_usage = disk_usage
         self._clock = clock
+        # Folders retention and the disk guard must keep: those waiting for their upload.
+        self._held: Callable[[str], bool] | None = None
         self._lock = threading.RLock()
         self.disk_state = DiskState.OK
         self.free_bytes = 0
@@ -161,6 +163,16 @@ class SnapshotStore:
         self._gaps: list[dict[str, Any]] = gaps[-MAX_GAPS:] if isinstance(gaps, list) else []
         self._probe()
         self._write_index()
+
+    def set_hold(self, held: Callable[[str], bool] | None) -> None:
+        """`held(name)`: True while a folder may not be deleted (its upload is not confirmed,
+        sidecar/upload.py); None: every folder is retention's to delete."""
+        with self._lock:
+            self._held = held
+
+    def _deletable(self) -> list[StoredSnapshot]:
+        held = self._held
+        return [e for e in self._entries if held is None or not held(e.name)]
 
     def write(self, snapshot: Snapshot, kind: Kind | str) -> WriteOutcome:
         """Retention, room for the snapshot, then an atomic write; never raises on a full disk."""
@@ -220,7 +232,8 @@ class SnapshotStore:
         in a container the sidecar is PID 1 on every run); another live process's is kept."""
         removed: list[str] = []
         with self._lock:
-            for path in _children(self.dir) + _children(self.dir / ".table"):
+            for path in [*_children(self.dir), *_children(self.dir / ".table"),
+                         *_children(self.dir / ".uploads")]:  # fmt: skip
                 m = _LEFTOVER.match(path.name)
                 pid = int(m["pid"]) if m else None
                 if pid is None or (pid != os.getpid() and _pid_alive(pid)):
@@ -255,7 +268,7 @@ class SnapshotStore:
         ages = {Kind.SNAPSHOT: r.max_age_s, Kind.BASELINE: r.baseline_max_age_s}
         return [
             e
-            for e in self._entries
+            for e in self._deletable()
             if e is not keep and (age := ages[e.kind]) is not None and now - e.started > age
         ]
 
@@ -267,7 +280,7 @@ class SnapshotStore:
             return []
         excess = self.total_bytes_used + (reserve if reserve < limit else 0) - limit
         keep = self._newest(Kind.BASELINE)
-        candidates = [e for e in self._entries if e is not keep]
+        candidates = [e for e in self._deletable() if e is not keep]
         out = []
         for e in sorted(candidates, key=lambda e: e.kind is Kind.BASELINE):  # stable: by age
             if excess <= 0:
@@ -282,7 +295,7 @@ class SnapshotStore:
         free, need = self._probe(), self._need()
         if free is None or free >= need:
             return []
-        regular = [e for e in self._entries if e.kind is Kind.SNAPSHOT]
+        regular = [e for e in self._deletable() if e.kind is Kind.SNAPSHOT]
         if free + sum(e.bytes for e in regular) < need:
             return []
         deleted: list[str] = []

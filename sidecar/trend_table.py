@@ -187,6 +187,26 @@ class TrendTable:
             return None, read, warnings
         return _dedupe(_concat(tables)), read, warnings
 
+    def row_file(self, name: str, dest: Path) -> Path | None:
+        """The row of folder `name` alone, written to `dest` (its part, or the main file's row
+        after a compaction); None when the table has no row for it."""
+        part = self.parts_dir / f"{name}.parquet"
+        try:
+            table = pq.read_table(part)
+        except FileNotFoundError:
+            main, _, _ = self.read()
+            table = select_names(main, {name}) if main is not None else None
+        except (OSError, pa.ArrowException) as exc:
+            raise TableError(f"cannot read {part}: {exc}") from exc
+        if table is None or table.num_rows == 0:
+            return None
+        try:  # a staging copy for an upload: no fsync, the table's own files stay the truth
+            pq.write_table(table.replace_schema_metadata(table_schema().metadata), dest,
+                           compression="zstd")  # fmt: skip
+        except pa.ArrowException as exc:
+            raise TableError(f"cannot write {dest}: {exc}") from exc
+        return dest
+
     def compact(self, keep: Collection[str] | None = None) -> pa.Table:
         """Fold the parts into the main file, keeping only rows whose folder is in `keep`."""
         table, read, _ = self.read()

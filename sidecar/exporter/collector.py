@@ -66,6 +66,11 @@ HELP: Mapping[str, tuple[str, str]] = {
     "snapshots_written": ("counter", "Snapshots written to disk."),
     "snapshots_skipped": ("counter", "Snapshots not written (disk low)."),
     "snapshots_deleted": ("counter", "Snapshots deleted by retention."),
+    "upload_backlog": ("gauge", "Snapshot folders waiting for their upload to object storage."),
+    "upload_last_success_timestamp_seconds": ("gauge", "When the last folder's upload was "
+                                              "confirmed; absent before the first."),
+    "upload_failures": ("counter", "Failed upload tries; each doubles the wait before the next."),
+    "snapshots_uploaded": ("counter", "Snapshot folders uploaded and confirmed by a listing."),
     "window_failures": ("counter", "Failures the daemon carried on through, by kind."),
     "finding": ("gauge", "1 for each finding of the latest snapshot (configs/advice.yaml); "
                 "absent when it does not fire."),
@@ -244,3 +249,9 @@ def _add_daemon(out: _Families, view: ExporterView, host: dict[str, str]) -> Non
         out.add("snapshots_written", host, d.written_total)
         out.add("snapshots_skipped", host, d.skipped_total)
         out.add("snapshots_deleted", host, d.deleted_total)
+    if view.upload is not None:
+        u = view.upload
+        out.add("upload_backlog", host, u.backlog)
+        out.add("upload_last_success_timestamp_seconds", host, u.last_success_wall)
+        out.add("upload_failures", host, u.failures_total)
+        out.add("snapshots_uploaded", host, u.uploaded_total)

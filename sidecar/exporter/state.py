@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from sidecar.advice import Finding
 from sidecar.records.summary import SnapshotSummary
+from sidecar.upload import UploadStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +60,7 @@ class ExporterView:
     disk: DiskState | None = None
     schedule: ScheduleState | None = None
     failures: Mapping[str, int] = field(default_factory=dict)  # kind -> count
+    upload: UploadStatus | None = None  # None: upload.url is not set
 
 
 class ExporterState:
@@ -126,3 +128,8 @@ class ExporterState:
     def update_failures(self, counts: Mapping[str, int]) -> None:
         with self._lock:
             self._view = replace(self._view, failures=dict(counts))
+
+    def update_upload(self, status: UploadStatus | None) -> None:
+        """From the upload thread (sidecar/upload.py): the lock makes the swap whole."""
+        with self._lock:
+            self._view = replace(self._view, upload=status)

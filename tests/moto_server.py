@@ -1,0 +1,59 @@
+"""moto's S3 API server as a real process on loopback, for the upload tests and benchmark."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+BUCKET = "profiles"
+
+
+class MotoServer:
+    """moto's S3 API server as a process of its own, on one port across restarts. Its state
+    is in memory: a restart starts from no buckets (the tests create theirs again)."""
+
+    def __init__(self, log: Path) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while True:  # readiness: the port accepts (the server binds once its app is built)
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"moto server exited: {self.log.read_text()[-2000:]}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("moto server did not listen within 60 s") from None
+                time.sleep(0.05)
+        self.client().create_bucket(Bucket=BUCKET)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def client(self) -> Any:
+        return boto3.client("s3", endpoint_url=self.url, region_name="us-east-1")
+
+    def objects(self) -> dict[str, int]:
+        """Every object in the bucket: key -> size (boto3, not the code under test)."""
+        pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=BUCKET)
+        return {o["Key"]: o["Size"] for page in pages for o in page.get("Contents", [])}
