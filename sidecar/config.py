@@ -24,6 +24,7 @@ from sidecar.advice_rules import load_advice
 from sidecar.custom_spec import CustomMetricSpec, parse_custom_metrics
 from sidecar.errors import ConfigError
 from sidecar.rules import load_rules
+from sidecar.target_spec import TargetSpec, parse_targets
 from sidecar.units import Unfit, Unit, kind_of
 
 ENV_PREFIX = "VLLM_SIDECAR_"
@@ -144,6 +145,9 @@ class Config:
     # Extra Prometheus series per snapshot (sidecar/custom_spec.py): a list, so the file only
     # (no variable or flag sets it); validated on load like every setting.
     custom_metrics: tuple[CustomMetricSpec, ...] = ()
+    # The vLLM servers one daemon follows together (sidecar/target_spec.py, sidecar/fleet.py):
+    # a list, in the file only; empty: `target` names the one server, as before.
+    targets: tuple[TargetSpec, ...] = ()
     source: str = "defaults"  # not a setting: the file the configuration came from
 
 
@@ -223,7 +227,10 @@ def load_config(
     config, origins = _apply(defaults, entries)
     custom = (parse_custom_metrics(data[CUSTOM], f"file {path}") if CUSTOM in data
               else defaults.custom_metrics)  # fmt: skip
-    config = replace(config, source=str(path) if path else "defaults", custom_metrics=custom)
+    targets = (parse_targets(data[TARGETS], f"file {path}") if TARGETS in data
+               else defaults.targets)  # fmt: skip
+    config = replace(config, source=str(path) if path else "defaults", custom_metrics=custom,
+                     targets=targets)  # fmt: skip
     validate(config)
     _check_rules(config, origins.get("rules", "defaults"))
     _check_advice(config, origins.get("advice", "defaults"))
@@ -250,13 +257,14 @@ def snapshot_options(values: Mapping[str, Any]) -> SnapshotOptions:
 
 
 CUSTOM = "custom_metrics"
+TARGETS = "targets"
 
 
 def _file_entries(data: Mapping[Any, Any], path: Path) -> Iterator[Entry]:
     where = f"file {path}"
     for key, value in data.items():
-        if key == CUSTOM:
-            continue  # a list of entries, not a setting: parse_custom_metrics reads it
+        if key in (CUSTOM, TARGETS):
+            continue  # a list of entries, not a setting: parse_custom_metrics/_targets read it
         if key in _SECTIONS and value is None:
             continue  # a section with every setting commented out
         if key in _SECTIONS and not isinstance(value, Mapping):
@@ -326,7 +334,7 @@ def _field_for(key: str, where: str) -> Field[Any]:
         return known[name]
     top = _settings(Config)
     if dot or key not in top:
-        names = sorted([*_SECTIONS, *top, CUSTOM])
+        names = sorted([*_SECTIONS, *top, CUSTOM, TARGETS])
         raise ConfigError(f"unknown setting `{key}` ({where}); known: {names}")
     return top[key]
 
@@ -378,6 +386,11 @@ def validate(c: Config) -> None:
         raise ConfigError(
             f"upload.backoff_max_s ({c.upload.backoff_max_s:g}) is shorter than backoff_s "
             f"({c.upload.backoff_s:g}); raise backoff_max_s"
+        )
+    if c.targets and c.metrics.url is not None:
+        raise ConfigError(
+            "metrics.url names one server, and `targets:` lists several: give metrics_url on "
+            "the targets entry it belongs to, or leave it out (each URL comes from its --port)"
         )
     if c.target.pid is not None and c.target.pid_file is not None:
         raise ConfigError("give target.pid or target.pid_file, not both")

@@ -141,10 +141,15 @@ class SnapshotStore:
         retention: Retention,
         disk_usage: DiskUsage = shutil.disk_usage,
         clock: Callable[[], float] = time.time,
+        deployment: str | None = None,
     ) -> None:
+        """`deployment`: one of several vLLM servers on the host (sidecar/fleet.py); its
+        folders go under `root/<host>/<deployment>/`, a folder every reader takes as it takes
+        a host folder. None: `root/<host>/`, as a daemon with one target has always written."""
         self.root = Path(root)
         self.host = host
-        self.dir = self.root / host
+        self.deployment = deployment
+        self.dir = self.root / host / deployment if deployment else self.root / host
         self.retention = retention
         self._disk_usage = disk_usage
         self._clock = clock
@@ -390,6 +395,7 @@ class SnapshotStore:
         return {
             "schema": INDEX_SCHEMA,
             "host": self.host,
+            **({"deployment": self.deployment} if self.deployment else {}),
             "updated_at": _iso(self._clock()),
             "latest": latest.as_index() if latest else None,
             "latest_baseline": baseline.as_index() if baseline else None,

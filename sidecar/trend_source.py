@@ -132,8 +132,27 @@ def _is_host_folder(folder: Path) -> bool:
 
 
 def _hosts(out: Path) -> list[str]:
+    """The host folders under OUT: `<host>`, or `<host>/<deployment>` for each deployment of a
+    daemon with several targets (sidecar/fleet.py writes OUT/<host>/<deployment>/)."""
+    found: list[str] = []
     with os.scandir(out) as entries:
-        return sorted(e.name for e in entries if e.is_dir() and _is_host_folder(Path(e.path)))
+        for e in entries:
+            if not e.is_dir():
+                continue
+            if _is_host_folder(Path(e.path)):
+                found.append(e.name)
+            else:
+                found.extend(f"{e.name}/{d}" for d in _deployments(Path(e.path)))
+    return sorted(found)
+
+
+def _deployments(host_dir: Path) -> list[str]:
+    try:
+        with os.scandir(host_dir) as entries:
+            return [e.name for e in entries if e.is_dir() and not e.name.startswith(".")
+                    and _is_host_folder(Path(e.path))]  # fmt: skip
+    except OSError:
+        return []
 
 
 def _hosts_hint(out: Path) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from sidecar import __version__
-from sidecar.exporter.state import ExporterState, ExporterView, SnapshotMark
+from sidecar.exporter.state import ExporterGroup, ExporterState, ExporterView, SnapshotMark
 from sidecar.records import Phase
 from sidecar.records.readings import KvCache, ServingFigures
 from sidecar.records.summary import SnapshotSummary
@@ -132,33 +132,44 @@ def _number(value: Any) -> float | None:
 class SidecarCollector:
     """A custom collector: each scrape builds its families from one `ExporterView`."""
 
-    def __init__(self, state: ExporterState) -> None:
+    def __init__(self, state: ExporterState | ExporterGroup) -> None:
         self.state = state
 
     def describe(self) -> list[Metric]:
         return []  # no names reserved: the registry is ours alone, and families come and go
 
     def collect(self) -> Iterator[Metric]:
-        view, now = self.state.view, self.state.clock()
-        host = {"host": self.state.host}
-        target = {**host, "target": "" if view.root_pid is None else str(view.root_pid)}
         out = _Families()
-        out.add("build_info", {**host, "version": __version__}, 1)
-        # Counters and daemon state carry `host` only: they outlive a target's PID, and a
-        # series that changed its labels on every vLLM restart would break rate() and alerts.
-        out.add("samples", host, view.samples_total)
-        out.add("sampling_errors", host, view.errors_total)
-        if view.summary is not None:
-            _add_summary(out, view.summary, target)
-            _add_findings(out, view, target)
-        _add_marks(out, view.marks, host, now)
-        _add_daemon(out, view, host)
-        for kind, count in sorted(view.failures.items()):
-            out.add("window_failures", {**host, "kind": kind}, count)
+        out.add("build_info", {"host": self.state.host, "version": __version__}, 1)
+        states = self.state.states() if isinstance(self.state, ExporterGroup) else (self.state,)
+        for state in states:
+            _add_state(out, state)
         yield from out
 
 
-def _add_summary(out: _Families, summary: SnapshotSummary, target: dict[str, str]) -> None:
+def _add_state(out: _Families, state: ExporterState) -> None:
+    """One state's series; a fleet's carry its deployment's labels, so that a query tells the
+    servers of one host apart (every state of a group has the same label names)."""
+    view, now = state.view, state.clock()
+    host = {"host": state.host, **state.labels}
+    target = {**host, "target": "" if view.root_pid is None else str(view.root_pid),
+              **state.instance_labels}  # fmt: skip
+    # Counters and daemon state carry `host` (and a fleet's deployment) only: they outlive a
+    # target's PID; a series that changed its labels on every vLLM restart would break rate().
+    out.add("samples", host, view.samples_total)
+    out.add("sampling_errors", host, view.errors_total)
+    if view.summary is not None:
+        _add_summary(out, view.summary, target, host)
+        _add_findings(out, view, target)
+    _add_marks(out, view.marks, host, now)
+    _add_daemon(out, view, host)
+    for kind, count in sorted(view.failures.items()):
+        out.add("window_failures", {**host, "kind": kind}, count)
+
+
+def _add_summary(
+    out: _Families, summary: SnapshotSummary, target: dict[str, str], host: dict[str, str]
+) -> None:
     sampling = summary.sampling
     out.add("sampling_rate_hz", target, sampling.rate_hz)
     out.add("sampler_cpu_share", target, sampling.sampler_cpu_share)
@@ -172,7 +183,7 @@ def _add_summary(out: _Families, summary: SnapshotSummary, target: dict[str, str
                 out.add(name, labels, shares.get(phase.value, 0.0))
     for stage, n in summary.stages.items():
         out.add("stage_samples", {**target, "stage": stage}, n)
-    _add_gpu(out, summary, target)
+    _add_gpu(out, summary, target, host)
     _add_serving(out, summary.serving, summary.kv_cache, target)
     for m in summary.custom:  # one series per custom metric; None (not measured): absent
         out.add("custom", {**target, "name": m.name, "kind": m.kind, "unit": m.unit or ""},
@@ -189,11 +200,12 @@ def _add_findings(out: _Families, view: ExporterView, target: dict[str, str]) ->
                 sum(1 for f in view.findings if f.severity == severity))  # fmt: skip
 
 
-def _add_gpu(out: _Families, summary: SnapshotSummary, target: dict[str, str]) -> None:
+def _add_gpu(
+    out: _Families, summary: SnapshotSummary, target: dict[str, str], host: dict[str, str]
+) -> None:
     if not summary.gpu.available:
         return
     roles = {p.pid: p.role.value for p in summary.target.processes}
-    host = {"host": target["host"]}
     for device in summary.gpu.devices:
         labels = {**host, "gpu": device.label}
         for name, key, scale in GPU_FIELDS:

@@ -70,9 +70,20 @@ class ExporterState:
     age is `clock()` at scrape time minus `clock()` when the snapshot was handed over.
     """
 
-    def __init__(self, host: str | None = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        host: str | None = None,
+        clock: Callable[[], float] = time.time,
+        labels: Mapping[str, str] | None = None,
+    ) -> None:
+        """`labels`: what every series of this state carries besides `host`; a fleet daemon
+        gives each deployment its `deployment`, `model` and `port` (sidecar/fleet.py)."""
         self.host = host or socket.gethostname()
         self.clock = clock
+        self.labels: dict[str, str] = dict(labels or {})
+        # Labels of the per-snapshot series only: the running server's `root_start`, which
+        # changes with each restart of vLLM (counters keep `labels` alone, so rate() holds).
+        self.instance_labels: dict[str, str] = {}
         self._lock = threading.Lock()
         self._view = ExporterView()
 
@@ -129,7 +140,31 @@ class ExporterState:
         with self._lock:
             self._view = replace(self._view, failures=dict(counts))
 
+    def clear_snapshot(self) -> None:
+        """The deployment went away: its last window's gauges go with it (its counters stay)."""
+        with self._lock:
+            self._view = replace(self._view, summary=None, findings=(), root_pid=None)
+
     def update_upload(self, status: UploadStatus | None) -> None:
         """From the upload thread (sidecar/upload.py): the lock makes the swap whole."""
         with self._lock:
             self._view = replace(self._view, upload=status)
+
+
+class ExporterGroup:
+    """Several states behind one endpoint: the fleet daemon's, one per deployment, plus the
+    daemon's own (discovery failures). Members come and go while scrapes read them."""
+
+    def __init__(self, daemon: ExporterState) -> None:
+        self.daemon = daemon
+        self.host, self.clock = daemon.host, daemon.clock
+        self._members: dict[str, ExporterState] = {}
+        self._lock = threading.Lock()
+
+    def add(self, name: str, state: ExporterState) -> None:
+        with self._lock:
+            self._members = {**self._members, name: state}
+
+    def states(self) -> tuple[ExporterState, ...]:
+        members = self._members  # replaced whole: one read is consistent
+        return (self.daemon, *(members[name] for name in sorted(members)))
