@@ -507,11 +507,14 @@ def _when(text: str, flag: str, now: float) -> datetime:
 def run(**kw: Any) -> None:
     """Profile vLLM on a schedule: snapshots, hourly baselines, a Prometheus endpoint."""
     from sidecar.daemon import Daemon
+    from sidecar.fleet import FleetDaemon
     from sidecar.logs import setup_logging
 
     config, path, flags = _settings(click.get_current_context(), DAEMON_SETTINGS, Config())
     setup_logging(config.log_level)
-    Daemon(config, config_path=path, flags=flags).run()
+    # `targets:` in the config file: every server it names, each a deployment (sidecar/fleet.py).
+    daemon = FleetDaemon if config.targets else Daemon
+    daemon(config, config_path=path, flags=flags).run()
 
 
 @cli.command()

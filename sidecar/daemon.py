@@ -30,7 +30,7 @@ from sidecar.advice import findings
 from sidecar.config import Config, load_config
 from sidecar.discovery import AmbiguousTarget, Deployment, configured_target
 from sidecar.errors import AttachError, SamplerError, SidecarError
-from sidecar.exporter import ExporterState, start_exporter
+from sidecar.exporter import ExporterGroup, ExporterState, start_exporter
 from sidecar.failures import (
     WINDOW_KINDS,
     Failure,
@@ -123,7 +123,7 @@ class Daemon:
     def run(self) -> int:
         """The daemon as a process: signals, the exporter, the watchdog, then `serve`."""
         self._install_signals()
-        exporter = start_exporter(self.config.exporter_listen, self.state)
+        exporter = start_exporter(self.config.exporter_listen, self.exported())
         self._start_watchdog()
         try:
             return self.serve()
@@ -131,6 +131,10 @@ class Daemon:
             self.signals.stop.set()  # ends the watchdog thread
             if exporter is not None:
                 exporter.close()
+
+    def exported(self) -> ExporterState | ExporterGroup:
+        """What the exporter serves: this daemon's one state (a fleet: a group of them)."""
+        return self.state
 
     def serve(self) -> int:
         """Wait for the target, then windows until stopped. Raises only for the start."""
@@ -200,37 +204,10 @@ class Daemon:
         return result
 
     def _keep(self, result: WindowResult, planned: PlannedWindow) -> None:
-        snapshot, store, kind = result.snapshot, self.parts.store, planned.kind.value
-        failures = [*result.failures, *reading_failures(snapshot)]
-        outcome = store.write(snapshot, kind)
-        if outcome.path is None:
-            failures.append(Failure(WindowFailure.WRITE, outcome.skipped_reason or "not written"))
-        self.failures.settle(failures, checked=WINDOW_KINDS)
-        if outcome.path is not None and self.parts.uploads is not None:
-            self.parts.uploads.wake()
-        written = str(outcome.path) if outcome.path else None
-        summary = snapshot.summary(kind)
-        self.state.update_snapshot(summary, kind, written, findings(summary, self.parts.advice))
-        self.state.update_disk(store.disk_state, store.free_bytes, store.total_bytes_used,
-                               store.snapshots_written, store.writes_skipped,
-                               store.deleted_total)  # fmt: skip
-        w = snapshot.window
-        if outcome.path is not None:
-            log.info("%s written: %s (%d samples%s)", kind, outcome.path, w.samples,
-                     f"; partial: {w.partial_reason}" if w.partial else "")  # fmt: skip
-        else:  # the store warns once per change of disk state; this is the per-tick detail
-            log.debug("%s not written: %s", kind, outcome.skipped_reason)
+        keep_window(result, planned, self.parts, self.state, self.failures)
 
     def _start_uploads(self, parts: Parts) -> None:
-        """The upload thread (upload.url): its own thread, so that no request to the object
-        store can hold up a window's deadline (sidecar/upload.py)."""
-        if parts.uploads is None:
-            self.state.update_upload(None)
-            return
-        uploader = parts.uploads.uploader
-        uploader.on_change = self.state.update_upload
-        self.state.update_upload(uploader.status())  # the backlog on disk, before any try
-        parts.uploads.start()
+        start_uploads(parts, self.state)
 
     def _collector(self, target: Deployment, first: bool) -> WindowCollector:
         def alive() -> bool:
@@ -387,3 +364,45 @@ class Daemon:
                     self.notifier.watchdog()
 
         threading.Thread(target=ping, name="watchdog", daemon=True).start()
+
+
+def keep_window(
+    result: WindowResult,
+    planned: PlannedWindow,
+    parts: Parts,
+    state: ExporterState,
+    failures: FailureTally,
+) -> None:
+    """Write a window's snapshot to `parts.store`, settle its failures, tell the exporter."""
+    snapshot, store, kind = result.snapshot, parts.store, planned.kind.value
+    seen = [*result.failures, *reading_failures(snapshot)]
+    outcome = store.write(snapshot, kind)
+    if outcome.path is None:
+        seen.append(Failure(WindowFailure.WRITE, outcome.skipped_reason or "not written"))
+    failures.settle(seen, checked=WINDOW_KINDS)
+    if outcome.path is not None and parts.uploads is not None:
+        parts.uploads.wake()
+    written = str(outcome.path) if outcome.path else None
+    summary = snapshot.summary(kind)
+    state.update_snapshot(summary, kind, written, findings(summary, parts.advice))
+    state.update_disk(store.disk_state, store.free_bytes, store.total_bytes_used,
+                      store.snapshots_written, store.writes_skipped,
+                      store.deleted_total)  # fmt: skip
+    w = snapshot.window
+    if outcome.path is not None:
+        log.info("%s written: %s (%d samples%s)", kind, outcome.path, w.samples,
+                 f"; partial: {w.partial_reason}" if w.partial else "")  # fmt: skip
+    else:  # the store warns once per change of disk state; this is the per-tick detail
+        log.debug("%s not written: %s", kind, outcome.skipped_reason)
+
+
+def start_uploads(parts: Parts, state: ExporterState) -> None:
+    """The upload thread (upload.url): its own thread, so that no request to the object
+    store can hold up a window's deadline (sidecar/upload.py)."""
+    if parts.uploads is None:
+        state.update_upload(None)
+        return
+    uploader = parts.uploads.uploader
+    uploader.on_change = state.update_upload
+    state.update_upload(uploader.status())  # the backlog on disk, before any try
+    parts.uploads.start()

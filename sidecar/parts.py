@@ -84,13 +84,26 @@ def open_store(config: Config) -> SnapshotStore:
     """The store under `output.dir/<host>`; a folder that cannot be written is an OutputError."""
     o, host = config.output, socket.gethostname()
     check_writable(Path(o.dir) / host)
-    retention = Retention(
+    return SnapshotStore(o.dir, host, retention_of(config))
+
+
+def open_deployment_store(config: Config, deployment: str) -> SnapshotStore:
+    """One deployment's store of a fleet daemon, `output.dir/<host>/<deployment>`: a folder
+    every reader (trend, diff, report, the uploader) takes as it takes a host folder.
+    Retention applies per deployment: `max_total_mb` bounds each deployment's folder."""
+    o, host = config.output, socket.gethostname()
+    check_writable(Path(o.dir) / host / deployment)
+    return SnapshotStore(o.dir, host, retention_of(config), deployment=deployment)
+
+
+def retention_of(config: Config) -> Retention:
+    o = config.output
+    return Retention(
         max_age_s=o.retention_days * 86400,
         baseline_max_age_s=o.baseline_retention_days * 86400,
         max_total_bytes=int(o.max_total_mb * 2**20),
         min_free_bytes=int(o.min_free_mb * 2**20),
     )
-    return SnapshotStore(o.dir, host, retention)
 
 
 def open_uploader(config: Config, store: Store) -> UploadThread | None:
@@ -117,6 +130,8 @@ class Builders:
     gpu: Callable[[bool], NvmlReader | None] = open_gpu_reader
     metrics: Callable[[str, float], MetricsSource] = HttpMetricsSource  # a configured URL
     uploads: Callable[[Config, Store], UploadThread | None] = open_uploader
+    # A fleet daemon's store of one deployment (sidecar/fleet.py): OUT/<host>/<deployment>/.
+    deployment_store: Callable[[Config, str], Store] = open_deployment_store
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,8 +12,8 @@ from sidecar.exporter.state import ExporterGroup, ExporterState, ExporterView
 __all__ = [
     "HELP",
     "PREFIX",
-    "ExporterHandle",
     "ExporterGroup",
+    "ExporterHandle",
     "ExporterState",
     "ExporterView",
     "SidecarCollector",

@@ -1,0 +1,329 @@
+"""The fleet daemon (sidecar/fleet.py) driven through its seams with a fake clock: several
+servers on one host, each its own deployment (store, schedule, exporter series); servers that
+go, come back and appear; windows in turn. No processes, no sockets, no real sleep.
+
+The fakes are test_daemon_loop's (clock, store, deployments); the loop, the schedules, the
+exporter states and the collector wiring are the daemon's own.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.classifier import Classifier
+from sidecar.config import Config, load_config
+from sidecar.discovery import Deployment, deployment_id
+from sidecar.errors import AttachError, ConfigError
+from sidecar.exporter import SidecarCollector
+from sidecar.fleet import RESCAN_S, FleetDaemon
+from sidecar.parts import WindowResult
+from sidecar.records import ProcessInfo, Role
+from sidecar.sampler import Window
+from sidecar.snapshot import build_snapshot
+from sidecar.target_spec import TargetSpec, parse_targets
+from sidecar.trend_source import host_folder, host_folders
+from tests.unit.test_daemon_loop import (
+    CONFIG,
+    INTERVAL,
+    T0,
+    WINDOW,
+    FakeStore,
+    FakeTime,
+    builders,
+    iso,
+    rules,
+)
+
+FLEET = replace(CONFIG, targets=(TargetSpec(discover=True),))
+
+
+def server(root: int, port: int, model: str = "m") -> Deployment:
+    """A `vllm serve MODEL --port PORT` API server `root` and its EngineCore `root + 1`."""
+    cmdline = ("vllm", "serve", model, "--port", str(port))
+    api = ProcessInfo(root + 2**22, root, 1, cmdline, " ".join(cmdline), Role.API_SERVER)
+    core = ProcessInfo(root + 2**22 + 1, root + 1, api.pid, (), "VLLM::EngineCore",
+                       Role.ENGINE_CORE)  # fmt: skip
+    return Deployment(api, (api, core))
+
+
+@dataclass
+class Ran:
+    name: str
+    start: float
+    end: float
+
+
+class Host:
+    """The vLLM servers on one host as the fleet daemon sees them, and the windows it ran."""
+
+    def __init__(self) -> None:
+        self.time = FakeTime()
+        self.running: dict[tuple[int, int], Deployment] = {}
+        self.windows: list[Ran] = []
+        self.stores: dict[str, FakeStore] = {}
+        self.daemon: FleetDaemon | None = None
+
+    def start(self, d: Deployment) -> None:
+        self.running[d.root.key] = d
+
+    def stop(self, d: Deployment) -> None:
+        self.running.pop(d.root.key, None)
+
+    def find_all(self) -> tuple[list[tuple[Deployment, TargetSpec]], list[str]]:
+        return [(d, TargetSpec(discover=True)) for d in self.running.values()], []
+
+    def alive(self, d: Deployment) -> bool:
+        return d.root.key in self.running
+
+    def collector(self, target: Deployment, first: bool) -> Collector:
+        return Collector(self, target)
+
+    def wait(self, timeout: float) -> bool:
+        self.time.advance(timeout)
+        assert self.daemon is not None
+        return self.daemon.signals.stop.is_set()
+
+    def stop_at(self, when: float) -> None:
+        assert self.daemon is not None
+        self.time.at(when, self.daemon.signals.stop.set)
+
+    def at(self, when: float, action: Callable[[], object]) -> None:
+        self.time.at(when, action)
+
+    def starts(self, name: str) -> list[float]:
+        return [w.start for w in self.windows if w.name == name]
+
+
+@dataclass
+class Collector:
+    host: Host
+    target: Deployment
+
+    def collect(self, duration_s: float, stop: Callable[[], bool]) -> WindowResult:
+        h, start = self.host, self.host.time.now
+        wall = h.time.wall()
+        h.time.advance(duration_s)
+        h.windows.append(Ran(deployment_id(self.target).name, start, h.time.now))
+        window = Window(started_at=wall, duration_s=duration_s, rate_hz=5.0, stacks=(),
+                        samples=10, errors=0, sampler_cpu_s=0.01, segments=1)  # fmt: skip
+        snapshot = build_snapshot(window, self.target.processes, Classifier(rules()))
+        return WindowResult(snapshot)
+
+
+def fleet(host: Host, config: Config = FLEET, **kw: Any) -> FleetDaemon:
+    def store(config: Config, name: str) -> FakeStore:
+        return host.stores.setdefault(name, FakeStore())
+
+    d = FleetDaemon(
+        config,
+        environ={},
+        clock=host.time.clock,
+        wall_clock=host.time.wall,
+        wait=host.wait,
+        builders=builders(FakeStore(), deployment_store=store),
+        find_all_targets=host.find_all,
+        alive=host.alive,
+        make_collector=host.collector,
+        **kw,
+    )
+    host.daemon = d
+    return d
+
+
+def samples(d: FleetDaemon, name: str) -> list[tuple[dict[str, str], float]]:
+    families = {m.name: m for m in SidecarCollector(d.group).collect()}
+    family = families.get(name)
+    return [(s.labels, s.value) for s in family.samples] if family else []
+
+
+# ---------------------------------------------------------------- several servers, in turn
+
+
+def test_two_servers_each_get_their_own_deployment_store_and_grid_in_turn() -> None:
+    host = Host()
+    host.start(server(100, 8000))
+    host.start(server(200, 8001))
+    d = fleet(host)
+    host.stop_at(T0 + 3 * INTERVAL + 30)
+    assert d.serve() == 0
+    assert set(host.stores) == {"m@8000", "m@8001"}
+    a, b = host.starts("m@8000"), host.starts("m@8001")
+    # Windows in turn: one waits for the other's window, then both stay on their own grids.
+    first, second = sorted([a, b])
+    assert first == [T0 + INTERVAL * k for k in range(4)]
+    assert second == [T0 + WINDOW + INTERVAL * k for k in range(4)]
+    assert all(len(s.written) == 4 for s in host.stores.values())
+    # Never two windows at once: the py-spy CPU budget holds for the host, not per server.
+    ran = sorted(host.windows, key=lambda w: w.start)
+    assert all(x.end <= y.start for x, y in itertools.pairwise(ran))
+
+
+def test_more_servers_than_the_interval_holds_miss_windows_and_say_so() -> None:
+    host = Host()
+    for i in range(8):  # 8 x 10 s windows in a 60 s interval
+        host.start(server(100 * (i + 1), 8000 + i))
+    d = fleet(host)
+    host.stop_at(T0 + 4 * INTERVAL)
+    d.serve()
+    ran = sorted(host.windows, key=lambda w: w.start)
+    assert all(x.end <= y.start for x, y in itertools.pairwise(ran))
+    missed = sum(m.parts.schedule.missed for m in d.members.values())
+    # The loop ran without a pause, and the deadlines it could not serve are counted as missed.
+    assert sum(w.end - w.start for w in ran) == pytest.approx(4 * INTERVAL, abs=WINDOW)
+    assert missed > 0
+    counted = sum(v for labels, v in samples(d, "vllm_sidecar_windows_missed"))
+    assert counted == missed
+
+
+def test_one_server_stops_and_a_third_starts_the_other_loses_nothing() -> None:
+    host = Host()
+    one, two, three = server(100, 8000), server(200, 8001), server(300, 8002)
+    host.start(one)
+    host.start(two)
+    host.at(T0 + 75, lambda: host.stop(two))
+    host.at(T0 + 130, lambda: host.start(three))
+    d = fleet(host)
+    host.stop_at(T0 + 5 * INTERVAL + 30)
+    d.serve()
+    assert host.starts("m@8000") == [T0 + INTERVAL * k for k in range(6)]  # not one missed
+    assert host.starts("m@8001") == [T0 + WINDOW, T0 + WINDOW + INTERVAL]
+    found_at = T0 + 130 + RESCAN_S  # picked up by the next rescan, its first window at once
+    assert host.starts("m@8002")[0] == pytest.approx(found_at, abs=RESCAN_S)
+    assert len(host.starts("m@8002")) == 4
+    # It stopped inside its own window (+70 to +80): the window is kept, the gap starts after.
+    gone = host.stores["m@8001"]
+    assert len(gone.written) == 2
+    assert gone.gaps == [{"from": iso(T0 + 80), "to": iso(T0 + 5 * INTERVAL + 30),
+                          "reason": "the target exited"}]  # fmt: skip
+    assert host.stores["m@8000"].gaps == [] and host.stores["m@8002"].gaps == []
+    up = {labels["deployment"]: v for labels, v in samples(d, "vllm_sidecar_target_up")}
+    assert up == {"m@8000": 1, "m@8001": 0, "m@8002": 1}
+    # The gone server's window gauges go with it; the others' are told apart by their labels.
+    rates = samples(d, "vllm_sidecar_sampling_rate_hz")
+    assert {(x["deployment"], x["model"], x["port"], x["root_start"]) for x, _ in rates} == {
+        ("m@8000", "m", "8000", str(one.root.start_time)),
+        ("m@8002", "m", "8002", str(three.root.start_time)),
+    }
+
+
+def test_a_server_back_under_its_name_continues_its_deployment() -> None:
+    host = Host()
+    first, again = server(100, 8000), server(500, 8000)
+    host.start(first)
+    host.at(T0 + 75, lambda: host.stop(first))
+    host.at(T0 + 200, lambda: host.start(again))
+    d = fleet(host)
+    host.stop_at(T0 + 400)
+    d.serve()
+    assert list(host.stores) == ["m@8000"]
+    m = d.members["m@8000"]
+    assert m.restarts == 1 and m.target is again
+    # Found by the rescan after +200; the schedule goes on at its grid (+240), no stale window.
+    assert host.starts("m@8000") == [T0, T0 + INTERVAL, T0 + 4 * INTERVAL, T0 + 5 * INTERVAL,
+                                     T0 + 6 * INTERVAL]  # fmt: skip
+    [gap] = host.stores["m@8000"].gaps
+    assert gap["from"] == iso(T0 + 75) and gap["to"] is not None  # seen within a tick
+    [(labels, restarts)] = samples(d, "vllm_sidecar_target_restarts")
+    assert labels["deployment"] == "m@8000" and restarts == 1
+
+
+def test_no_server_within_the_wait_at_start_exits_4() -> None:
+    host = Host()
+    d = fleet(host)
+    with pytest.raises(AttachError, match=r"no vLLM server of targets.*waited 120 s") as raised:
+        d.serve()
+    assert raised.value.exit_code == 4
+
+
+def test_the_daemon_series_have_the_deployment_labels_too() -> None:
+    """Every state in the group has the same label names (an empty deployment for the daemon's
+    own), so one family never mixes label sets."""
+    host = Host()
+    host.start(server(100, 8000))
+    d = fleet(host)
+    host.stop_at(T0 + 30)
+    d.serve()
+    for family in SidecarCollector(d.group).collect():
+        names = {tuple(sorted(s.labels)) for s in family.samples}
+        assert len(names) == 1, (family.name, names)
+        if family.name != "vllm_sidecar_build_info":
+            assert "deployment" in next(iter(names)), family.name
+
+
+# ---------------------------------------------------------------- names, config, folders
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "name"),
+    [
+        (("vllm", "serve", "Qwen/Qwen2.5-0.5B", "--port", "8001"), "Qwen2.5-0.5B@8001"),
+        (("vllm", "serve", "x", "--served-model-name", "chat"), "chat@8000"),
+        (("vllm", "serve", "x", "--uds", "/run/v.sock"), "x@_run_v.sock"),
+    ],
+)
+def test_deployment_names_are_model_at_port_and_safe_as_folders(
+    cmdline: tuple[str, ...], name: str
+) -> None:
+    api = ProcessInfo(10, 5, 1, cmdline, " ".join(cmdline), Role.API_SERVER)
+    assert deployment_id(Deployment(api, (api,))).name == name
+
+
+def test_an_offline_engine_is_named_by_its_pid() -> None:
+    core = ProcessInfo(42, 7, 1, (), "VLLM::EngineCore", Role.ENGINE_CORE)
+    ident = deployment_id(Deployment(core, (core,)))
+    assert (ident.name, ident.model, ident.port, ident.root_start) == ("pid-42", "pid-42", "", 7)
+
+
+def test_targets_list_loads(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("targets:\n  - discover: true\n  - pid_file: /run/v.pid\n"
+                    "    metrics_url: http://127.0.0.1:8001/metrics\n")  # fmt: skip
+    config = load_config(path, environ={})
+    assert config.targets == (
+        TargetSpec(discover=True),
+        TargetSpec(pid_file=Path("/run/v.pid"), metrics_url="http://127.0.0.1:8001/metrics"),
+    )
+    assert load_config(None, environ={}).targets == ()  # the single target, unchanged
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"discover": True}, "give a list of entries"),
+        ([{"pid": 1, "discover": True}], r"targets\[0\]: give exactly one of pid"),
+        ([{"pod": 1}], r"targets\[0\]: unknown keys \['pod'\]"),
+        ([{"pid": "x"}], r"targets\[0\]\.pid: 'x'"),
+        ([{"discover": True, "metrics_url": "http://a/metrics"}], "metrics_url names one server"),
+        ([{"discover": True}, {"discover": True}], "given twice"),
+    ],
+)
+def test_bad_targets_name_the_entry_and_the_fix(raw: Any, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_targets(raw, "file c.yaml")
+
+
+def test_a_metrics_url_for_the_whole_fleet_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("targets: [{discover: true}]\nmetrics:\n  url: http://a:1/metrics\n")
+    with pytest.raises(ConfigError, match="give metrics_url on the targets entry"):
+        load_config(path, environ={})
+
+
+def test_readers_find_deployment_folders_as_host_folders(tmp_path: Path) -> None:
+    """OUT/<host>/<deployment>/ holds what OUT/<host>/ held: `--host h/m@8001` picks one, and
+    the error without it lists them; an old single-target OUT/<host>/ reads as before."""
+    for folder in ("h/m@8000", "h/m@8001", "old"):
+        os.makedirs(tmp_path / folder / "20260101T000000Z")
+    assert host_folder(tmp_path, "h/m@8001") == tmp_path / "h" / "m@8001"
+    assert host_folder(tmp_path, "old") == tmp_path / "old"
+    with pytest.raises(Exception, match=r"h/m@8000, h/m@8001, old"):
+        host_folder(tmp_path, None)
+    assert host_folders(tmp_path, None) == [tmp_path / p for p in ("h/m@8000", "h/m@8001", "old")]
+    assert host_folder(tmp_path / "h" / "m@8000", None) == tmp_path / "h" / "m@8000"
