@@ -40,9 +40,9 @@ class TargetSpec:
 
 def parse_targets(raw: Any, where: str) -> tuple[TargetSpec, ...]:
     """The `targets` list as specs; ConfigError naming the entry and the fix."""
-    if raw is None:
-        return ()
-    if not isinstance(raw, list) or not raw:
+    if raw is None or raw == []:
+        return ()  # the single `target:`, as before
+    if not isinstance(raw, list):
         raise ConfigError(
             f"targets: is {units.kind_of(raw)} ({where}); give a list of entries, {EXAMPLE}"
         )
