@@ -36,9 +36,11 @@ from tests.unit.test_daemon_loop import (
     WINDOW,
     FakeStore,
     FakeTime,
+    RecordedRunner,
     builders,
     iso,
     rules,
+    write_config,
 )
 
 FLEET = replace(CONFIG, targets=(TargetSpec(discover=True),))
@@ -327,3 +329,85 @@ def test_readers_find_deployment_folders_as_host_folders(tmp_path: Path) -> None
         host_folder(tmp_path, None)
     assert host_folders(tmp_path, None) == [tmp_path / p for p in ("h/m@8000", "h/m@8001", "old")]
     assert host_folder(tmp_path / "h" / "m@8000", None) == tmp_path / "h" / "m@8000"
+
+
+# ---------------------------------------------------------------- the real wiring, reloads
+
+
+class UrlSource:
+    """A vLLM /metrics that answers with nothing: the URL the window used is what is tested."""
+
+    def __init__(self, url: str, timeout: float = 2.0) -> None:
+        self.url = url
+
+    def fetch(self) -> str:
+        return ""
+
+
+def test_each_deployment_reads_its_own_metrics_url_with_its_own_controller() -> None:
+    """The real collector over each member's parts: a pid entry's metrics_url is that server's;
+    a discovered server's URL comes from its own --port."""
+    host = Host()
+    listed, found = server(100, 8000), server(200, 8001)
+    host.start(listed)
+    host.start(found)
+    given = "http://10.0.0.5:9000/metrics"
+    specs = {listed.root.key: TargetSpec(pid=100, metrics_url=given)}
+    host.find_all = lambda: (  # type: ignore[method-assign]
+        [(d, specs.get(d.root.key, TargetSpec(discover=True))) for d in host.running.values()],
+        [],
+    )
+
+    def store(config: Config, name: str) -> FakeStore:
+        return host.stores.setdefault(name, FakeStore())
+
+    make = builders(FakeStore(), deployment_store=store, py_spy=lambda path: RecordedRunner(),
+                    metrics=UrlSource)  # fmt: skip
+    d = FleetDaemon(FLEET, environ={}, clock=host.time.clock, wall_clock=host.time.wall,
+                    wait=host.wait, builders=make, find_all_targets=host.find_all,
+                    alive=host.alive)  # fmt: skip
+    host.daemon = d
+    host.stop_at(T0 + 30)
+    d.serve()
+    urls = {name: s.written[0].summary().serving.url for name, s in host.stores.items()}
+    assert urls["m@8000"] == given
+    assert urls["m@8001"] is not None and ":8001/" in urls["m@8001"]
+    a, b = d.members["m@8000"].parts, d.members["m@8001"].parts
+    assert a.controller is not b.controller and a.schedule is not b.schedule
+
+
+def test_a_reload_gives_every_deployment_the_new_schedule_and_keeps_its_store(
+    tmp_path: Path,
+) -> None:
+    host = Host()
+    host.start(server(100, 8000))
+    host.start(server(200, 8001))
+    path = write_config(tmp_path / "sidecar.yaml", extra="targets: [{discover: true}]\n")
+
+    made: list[str] = []
+
+    def store(config: Config, name: str) -> FakeStore:
+        made.append(name)
+        return host.stores.setdefault(name, FakeStore())
+
+    d = FleetDaemon(load_config(path, {}), config_path=path, environ={}, clock=host.time.clock,
+                    wall_clock=host.time.wall, wait=host.wait,
+                    builders=builders(FakeStore(), deployment_store=store),
+                    find_all_targets=host.find_all, alive=host.alive,
+                    make_collector=host.collector)  # fmt: skip
+    host.daemon = d
+
+    def reload() -> None:
+        write_config(path, interval="120s", extra="targets: [{discover: true}]\n")
+        d.signals.reload.set()
+
+    host.at(T0 + 90, reload)
+    host.stop_at(T0 + 400)
+    d.serve()
+    for m in d.members.values():
+        assert m.parts.schedule.config.interval_s == 120
+    assert sorted(made) == ["m@8000", "m@8001"]  # each store kept: `output` did not change
+    starts = sorted(host.starts("m@8000") + host.starts("m@8001"))
+    after = [s for s in starts if s >= T0 + 90]
+    assert len(after) == 6  # two deployments, every 120 s from the reload: 3 windows each
+    assert all(len(s.written) == 5 for s in host.stores.values())
