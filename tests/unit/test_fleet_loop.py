@@ -19,11 +19,12 @@ import pytest
 
 from sidecar.classifier import Classifier
 from sidecar.config import Config, load_config
-from sidecar.discovery import Deployment, deployment_id
+from sidecar.discovery import Deployment, deployment_id, find_all
 from sidecar.errors import AttachError, ConfigError
 from sidecar.exporter import SidecarCollector
 from sidecar.fleet import RESCAN_S, FleetDaemon
 from sidecar.parts import WindowResult
+from sidecar.procfs import ProcFs
 from sidecar.records import ProcessInfo, Role
 from sidecar.sampler import Window
 from sidecar.snapshot import build_snapshot
@@ -411,3 +412,26 @@ def test_a_reload_gives_every_deployment_the_new_schedule_and_keeps_its_store(
     after = [s for s in starts if s >= T0 + 90]
     assert len(after) == 6  # two deployments, every 120 s from the reload: 3 windows each
     assert all(len(s.written) == 5 for s in host.stores.values())
+
+
+# ---------------------------------------------------------------- find_all over a /proc tree
+
+TWO = ProcFs(Path(__file__).resolve().parent.parent / "fixtures" / "proc" / "two_deployments")
+
+
+def test_discovery_finds_both_servers_of_a_host_each_named() -> None:
+    found, missing = find_all(TWO, (TargetSpec(discover=True),))
+    assert missing == []
+    assert sorted(deployment_id(d).name for d, _ in found) == ["opt-125m@8000",
+                                                               "qwen2.5-0.5b@8001"]  # fmt: skip
+
+
+def test_a_listed_server_is_found_once_with_its_own_entry(tmp_path: Path) -> None:
+    """A pid entry before discovery: that server once, with the entry's metrics_url; a pid
+    file that is not there (yet) is reported, not an error: the daemon waits for it."""
+    listed = TargetSpec(pid=5180, metrics_url="http://127.0.0.1:9000/metrics")  # its EngineCore
+    later = TargetSpec(pid_file=tmp_path / "later.pid")
+    found, missing = find_all(TWO, (listed, later, TargetSpec(discover=True)))
+    by_root = {d.root.pid: spec for d, spec in found}
+    assert by_root == {5100: listed, 6100: TargetSpec(discover=True)}
+    assert len(missing) == 1 and missing[0].startswith(f"pid file {tmp_path / 'later.pid'}: ")
