@@ -435,3 +435,22 @@ def test_a_listed_server_is_found_once_with_its_own_entry(tmp_path: Path) -> Non
     by_root = {d.root.pid: spec for d, spec in found}
     assert by_root == {5100: listed, 6100: TargetSpec(discover=True)}
     assert len(missing) == 1 and missing[0].startswith(f"pid file {tmp_path / 'later.pid'}: ")
+
+
+def test_doctor_checks_each_server_of_targets(tmp_path: Path) -> None:
+    from sidecar.config import MetricsConfig, OutputConfig, SamplingConfig, TargetConfig
+    from sidecar.doctor import Status, run_checks
+
+    config = Config(
+        target=TargetConfig(proc_root=TWO.root),
+        # py-spy not found: ptrace is not tried against the fixture's PIDs
+        sampling=SamplingConfig(py_spy=str(tmp_path / "no-py-spy")),
+        output=OutputConfig(dir=tmp_path / "out"),
+        metrics=MetricsConfig(timeout_s=0.5),
+        gpu=False,
+        targets=(TargetSpec(discover=True), TargetSpec(pid_file=tmp_path / "later.pid")),
+    )
+    checks = {c.name: c for c in run_checks(config)}
+    assert checks["target opt-125m@8000"].status is Status.OK
+    assert checks["target qwen2.5-0.5b@8001"].status is Status.OK
+    assert checks["target"].status is Status.WARN and "later.pid" in checks["target"].detail
