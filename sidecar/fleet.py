@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import socket
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +68,6 @@ class Member:
     down_since: float | None = None  # wall seconds; None while up
     down_reason: str = ""
     lost: Deployment | None = None  # the run last lost, until another is found
-    windows: list[float] = field(default_factory=list)  # window starts, wall (for tests, logs)
 
 
 class FleetDaemon(Daemon):
@@ -274,7 +273,6 @@ class FleetDaemon(Daemon):
         assert target is not None
         schedule.started(planned)
         m.state.update_schedule(planned.start_wall, schedule.lateness_s, schedule.missed)
-        m.windows.append(self.wall())
         result = self._collect_member(m, target)
         schedule.done(planned)
         m.planned = None

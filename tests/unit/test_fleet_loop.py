@@ -83,7 +83,9 @@ class Host:
         return [(d, TargetSpec(discover=True)) for d in self.running.values()], []
 
     def alive(self, d: Deployment) -> bool:
-        return d.root.key in self.running
+        """Its root runs, and every serving process it had (a remnant has lost some)."""
+        now = self.running.get(d.root.key)
+        return now is not None and {p.key for p in d.serving} <= {p.key for p in now.processes}
 
     def collector(self, target: Deployment, first: bool) -> Collector:
         return Collector(self, target)
@@ -235,6 +237,34 @@ def test_a_server_back_under_its_name_continues_its_deployment() -> None:
     assert gap["from"] == iso(T0 + 75) and gap["to"] is not None  # seen within a tick
     [(labels, restarts)] = samples(d, "vllm_sidecar_target_restarts")
     assert labels["deployment"] == "m@8000" and restarts == 1
+
+
+def test_a_remnant_of_a_server_is_not_taken_for_a_new_one() -> None:
+    """Its EngineCore died and its API server lingers: down, and not attached again."""
+    host = Host()
+    whole = server(100, 8000)
+    remnant = Deployment(whole.root, whole.processes[:1])
+    host.start(whole)
+    host.at(T0 + 75, lambda: host.start(remnant))  # the same root, the EngineCore gone
+    host.at(T0 + 150, lambda: host.stop(remnant))
+    d = fleet(host)
+    host.stop_at(T0 + 300)
+    d.serve()
+    assert host.starts("m@8000") == [T0, T0 + INTERVAL]
+    m = d.members["m@8000"]
+    assert m.target is None and m.restarts == 0
+
+
+def test_two_live_servers_of_one_name_are_two_deployments() -> None:
+    """model@port twice (servers in two network namespaces): the second is named by its PID."""
+    host = Host()
+    host.start(server(100, 8000))
+    host.start(server(200, 8000))
+    d = fleet(host)
+    host.stop_at(T0 + 30)
+    d.serve()
+    assert sorted(d.members) == ["m@8000", f"m@8000-{2**22 + 200}"]  # found second
+    assert all(len(s.written) == 1 for s in host.stores.values()) and len(host.stores) == 2
 
 
 def test_no_server_within_the_wait_at_start_exits_4() -> None:
