@@ -136,10 +136,10 @@ def _rows(con: duckdb.DuckDBPyConnection, keys: list[str]) -> list[Row]:
                 shares[r][p] = v / n[r]
         names = ("generation_tokens_per_s", "prompt_tokens_per_s", "ttft_mean_s", "ttft_p95_s",
                  "kv_cache_usage")  # fmt: skip
-        figures = dict(zip(names, got[k + 3 : k + 8], strict=True))
+        readings = dict(zip(names, got[k + 3 : k + 8], strict=True))
         out.append(Row(tuple(str(x) for x in got[:k]), int(got[k]), float(got[k + 1] or 0),
                        float(got[k + 2] or 0), {r: float(v or 0) for r, v in n.items()},
-                       dict(shares), figures))  # fmt: skip
+                       dict(shares), readings))  # fmt: skip
     return out
 
 
