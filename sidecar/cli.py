@@ -477,7 +477,7 @@ def trend(out: Path, host: str | None, since: str, until: str | None, kind: str,
     "--since",
     default=None,
     metavar="DURATION|TIME",
-    help="From this long ago (7d, 12h), or from a UTC time; default: all.",
+    help="From this long before --until (7d, 12h), or from a UTC time; default: all.",
 )
 @click.option(
     "--until",

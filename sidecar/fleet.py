@@ -190,7 +190,10 @@ def _groups(
     for model, fp, host, dep, name in rows:
         if (s := summaries.get((host, name))) is not None:
             out[(model, fp or "")][(host, dep)].append(s)
-    return {g: {k: v for k, v in d.items() if v or not g[1]} for g, d in out.items()}
+    # Kept: every deployment of a group not compared (it is named as such); of the others,
+    # those with a summary that could be read.
+    return {g: {k: v for k, v in d.items() if v or not g[1] or len(d) < 2}
+            for g, d in out.items()}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------- output
