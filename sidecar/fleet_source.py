@@ -94,8 +94,8 @@ class Fleet:
                 return parse_summary(json.loads(handle.read()), folder.summary)
         except InputError as exc:
             return str(exc)
-        except (OSError, ValueError) as exc:
-            return f"cannot read it: {exc}"
+        except Exception as exc:  # a local OSError, or the store's driver's errors
+            return f"cannot read it ({type(exc).__name__}: {exc})"
 
     def connect(self) -> duckdb.DuckDBPyConnection:
         """A DuckDB connection with the table as `snapshots` and the remote filesystems
@@ -164,7 +164,8 @@ def _with_host(table: pa.Table, host: str) -> pa.Table:
 
 def remote_filesystem(source: str) -> tuple[AbstractFileSystem, str]:
     try:
-        fs, root = fsspec.core.url_to_fs(source)
+        # A fresh instance: fsspec caches them, with the endpoint and credentials of their day.
+        fs, root = fsspec.core.url_to_fs(source, skip_instance_cache=True)
     except ImportError as exc:
         raise ConfigError(
             f"reading {source} needs the fsspec driver for it ({exc.name or exc}): "
@@ -183,11 +184,13 @@ def _protocol(fs: AbstractFileSystem) -> str:
 def _remote(source: str, note: Note) -> tuple[pa.Table, list[Folder], AbstractFileSystem]:
     fs, root = remote_filesystem(source)
     try:
+        fs.invalidate_cache()  # fsspec keeps instances and listings: list the store as it is now
         paths = fs.find(root)
-    except (OSError, ValueError) as exc:
+    except Exception as exc:  # the driver's own errors (botocore's, aiohttp's): the store's answer
         raise InputError(
-            f"cannot list {source} ({exc}): check the bucket, the prefix and the credentials "
-            "(AWS_PROFILE, AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL)"
+            f"cannot list {source} ({type(exc).__name__}: {exc}): check the bucket, the prefix, "
+            "the endpoint and the credentials (AWS_PROFILE, AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL)"
         ) from None
     files: dict[str, dict[str, str]] = {}  # folder key -> file name -> URL
     tables: dict[str, list[str]] = {}  # host -> its table's files
@@ -232,8 +235,8 @@ def _remote_table(
         try:
             with fs.open(url, "rb") as handle:
                 table = pq.read_table(handle)
-        except (OSError, pa.ArrowException) as exc:
-            note(f"warning: skipped {url}: {exc}")
+        except Exception as exc:  # garbled, or the store's driver's errors: rebuilt below
+            note(f"warning: skipped {url} ({type(exc).__name__}: {exc})")
             continue
         version = (table.schema.metadata or {}).get(b"vllm_sidecar_table", b"").decode()
         if version != str(TABLE_VERSION):

@@ -5,7 +5,6 @@ filesystem (in memory, the same code path as s3://). No processes."""
 from __future__ import annotations
 
 import json
-import shutil
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -21,46 +20,7 @@ from sidecar.fleet import FleetReport, aggregate, render_text, to_json
 from sidecar.fleet_source import load_fleet
 from sidecar.records.summary import SnapshotSummary
 from sidecar.summary_io import read_summary
-from sidecar.trend_table import TABLE_NAME, TrendTable, summary_row
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-STEADY = sorted((FIXTURES / "diff" / "steady-mixed").iterdir())
-PREFILL = sorted((FIXTURES / "diff" / "prefill-heavy").iterdir())
-MAX_SEQS_1 = sorted((FIXTURES / "diff" / "max-num-seqs-1").iterdir())
-FLAME = FIXTURES / "flame" / "decode-heavy"  # with stacks.parquet (no fingerprint: schema 3 early)
-OTHER_PORT = "tiny@8001"  # the prefill-heavy windows presented as a deployment of their own
-
-
-def _copy(
-    src: Path, host_dir: Path, deployment: str | None = None, name: str | None = None
-) -> None:
-    dst = host_dir / (name or src.name)
-    shutil.copytree(src, dst)
-    if deployment is not None:  # the same server's windows, presented as another deployment
-        doc = json.loads((dst / "summary.json").read_text())
-        doc["deployment"] = deployment
-        (dst / "summary.json").write_text(json.dumps(doc))
-
-
-def _sources(tmp: Path, prefill: bool = True, max_seqs: bool = False) -> list[Path]:
-    """Two output folders: host-a holds the even steady windows (its table written part by
-    part, as the store does), host-b the odd ones and, as a third deployment, the
-    prefill-heavy windows (no table: the reader rebuilds it from the summaries)."""
-    a, b = tmp / "out-a" / "host-a", tmp / "out-b" / "host-b"
-    a.mkdir(parents=True)
-    b.mkdir(parents=True)
-    for i, src in enumerate(STEADY):
-        _copy(src, a if i % 2 == 0 else b)
-    if prefill:
-        for src in PREFILL:
-            _copy(src, b, OTHER_PORT)
-    if max_seqs:
-        for src in MAX_SEQS_1:
-            _copy(src, a, "tiny@9001")
-    table = TrendTable(a)
-    for folder in sorted(p for p in a.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        table.append(summary_row(read_summary(folder), name=folder.name))
-    return [tmp / "out-a", tmp / "out-b"]
+from tests.fleet_layout import FLAME, OTHER_PORT, PREFILL, copy, two_hosts, upload
 
 
 def _report(sources: list[Path] | list[str], since: datetime | None = None,
@@ -75,7 +35,7 @@ def _summaries(tmp: Path) -> list[SnapshotSummary]:
 
 
 def test_fleet_shares_are_pooled_samples_not_a_mean_of_shares(tmp_path: Path) -> None:
-    report = _report(_sources(tmp_path))
+    report = _report(two_hosts(tmp_path))
     summaries = _summaries(tmp_path)
     assert report.fleet.windows == len(summaries) == 13
     for role in ("api_server", "engine_core", "worker"):
@@ -106,7 +66,7 @@ def test_fleet_shares_are_pooled_samples_not_a_mean_of_shares(tmp_path: Path) ->
 def test_a_different_deployment_is_the_outlier_and_the_split_steady_load_is_not(
     tmp_path: Path,
 ) -> None:
-    report = _report(_sources(tmp_path))
+    report = _report(two_hosts(tmp_path))
     found = report.outliers.outliers
     assert [(o.host, o.deployment) for o in found] == [("host-b", OTHER_PORT)]
     odd = found[0]
@@ -121,7 +81,7 @@ def test_a_different_deployment_is_the_outlier_and_the_split_steady_load_is_not(
 
 
 def test_the_steady_load_split_across_two_hosts_has_no_outlier(tmp_path: Path) -> None:
-    report = _report(_sources(tmp_path, prefill=False))
+    report = _report(two_hosts(tmp_path, prefill=False))
     assert report.outliers.outliers == ()
     assert report.outliers.tested > 0
     assert "[Fleet] No outlier" in render_text(report)
@@ -129,23 +89,23 @@ def test_the_steady_load_split_across_two_hosts_has_no_outlier(tmp_path: Path) -
 
 def test_the_range_leaves_the_later_deployment_out(tmp_path: Path) -> None:
     until = datetime(2026, 12, 1, 14, 53, tzinfo=UTC)  # the prefill windows start at 14:53:07
-    report = _report(_sources(tmp_path), until=until)
+    report = _report(two_hosts(tmp_path), until=until)
     assert report.fleet.windows == 10 and report.outliers.outliers == ()
     with pytest.raises(InputError, match="widen --since/--until"):
-        _report(_sources(tmp_path / "again"), since=datetime(2027, 1, 1, tzinfo=UTC))
+        _report(two_hosts(tmp_path / "again"), since=datetime(2027, 1, 1, tzinfo=UTC))
 
 
 def test_another_fingerprint_is_compared_with_no_one(tmp_path: Path) -> None:
     """--max-num-seqs 1 is another fingerprint: alone in its group, named, not an outlier."""
-    report = _report(_sources(tmp_path, prefill=False, max_seqs=True))
+    report = _report(two_hosts(tmp_path, prefill=False, max_seqs=True))
     assert report.outliers.outliers == ()
     assert report.outliers.alone == (("host-a", "tiny@9001"),)
     assert "Alone with their model and fingerprint" in render_text(report)
 
 
 def test_top_frames_come_from_the_stacks(tmp_path: Path) -> None:
-    sources = _sources(tmp_path, prefill=False)
-    _copy(FLAME, tmp_path / "out-a" / "host-a", name="20261201T141110Z")
+    sources = two_hosts(tmp_path, prefill=False)
+    copy(FLAME, tmp_path / "out-a" / "host-a", name="20261201T141110Z")
     report = _report(sources)
     assert report.stacks == (1, 11)
     stacks = pd.read_parquet(FLAME / "stacks.parquet")
@@ -168,32 +128,13 @@ def memory_root() -> Iterator[str]:
         fs.rm(root, recursive=True)
 
 
-def _upload(sources: list[Path], root: str, table_for: str | None = None) -> None:
-    """The uploader's layout: host=/deployment=/date=/<snapshot>/files, the host's table."""
-    fs = fsspec.filesystem("memory")
-    for source in sources:
-        for host_dir in source.iterdir():
-            for folder in sorted(host_dir.iterdir()):
-                if not folder.name.startswith("2026"):
-                    continue
-                s = read_summary(folder)
-                prefix = (f"{root}/host={host_dir.name}/deployment={s.deployment}/"
-                          f"date={s.created_at[:10]}/{folder.name}")  # fmt: skip
-                for f in folder.iterdir():
-                    fs.pipe(f"{prefix}/{f.name}", f.read_bytes())
-            if host_dir.name == table_for:
-                TrendTable(host_dir).compact()
-                fs.pipe(f"{root}/host={host_dir.name}/{TABLE_NAME}",
-                        (host_dir / TABLE_NAME).read_bytes())  # fmt: skip
-
-
 def test_an_fsspec_url_reads_the_same_fleet(tmp_path: Path, memory_root: str) -> None:
     """The route s3:// takes (fsspec, DuckDB reading through the registered filesystem),
     shown with fsspec's in-memory filesystem: the same report as the local folders."""
-    sources = _sources(tmp_path)
-    _copy(FLAME, tmp_path / "out-a" / "host-a", name="20261201T141110Z")
+    sources = two_hosts(tmp_path)
+    copy(FLAME, tmp_path / "out-a" / "host-a", name="20261201T141110Z")
     local = _report(sources)
-    _upload(sources, memory_root, table_for="host-a")
+    upload(sources, memory_root, table_for="host-a")
     notes: list[str] = []
     remote = aggregate(load_fleet([memory_root], notes.append), None, None, notes.append)
     assert any("host-b: 8 rows rebuilt from their summaries" in n for n in notes)
@@ -219,7 +160,7 @@ def test_bad_sources_name_the_fix(tmp_path: Path, memory_root: str) -> None:
 
 
 def test_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    sources = [str(s) for s in _sources(tmp_path)]
+    sources = [str(s) for s in two_hosts(tmp_path)]
     assert main(["aggregate", *sources, "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [(o["host"], o["deployment"]) for o in doc["outliers"]] == [("host-b", OTHER_PORT)]
