@@ -529,14 +529,15 @@ def _cpu_changes(
         busy_total = [sum(busy[id(u)] for u in us) for us in (ua, ub)]
         phases: list[str | None] = [None]
         for phase in Phase:
-            if phase.value in WAITING:
+            value = phase.value  # once: an enum's .value is a property, and units are many
+            if value in WAITING:
                 continue
-            hits = [sum(u.counts.get(role, {}).get(phase.value, 0) for u in us) for us in (ua, ub)]
+            hits = [sum(u.counts.get(role, {}).get(value, 0) for u in us) for us in (ua, ub)]
             # The phase's share of the busy samples: the ratio of the sums (sidecar.compare.ratio)
             shares = [h / n if us and n > 0 else 0.0
                       for h, n, us in zip(hits, busy_total, (ua, ub), strict=True)]  # fmt: skip
             if max(shares) >= MIN_BUSY_SHARE and min(hits) >= MIN_COST_SAMPLES:
-                phases.append(phase.value)
+                phases.append(value)
         for name in phases:
             a, b = (
                 ratio((y, x) for u in us
