@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv vllm-env browser lint unit integration test demo bench bench-trend soak noise record-diff validate-deploy schema clean
+.PHONY: venv vllm-env browser lint unit integration test demo bench bench-trend bench-fleet soak noise record-diff validate-deploy schema clean
 
 venv: $(STAMP)
 
@@ -71,3 +71,8 @@ clean:
 # /tmp/trend-bench; a few minutes); the figures are in the README's "Trends over days".
 bench-trend: venv
 	$(BIN)/python benchmarks/trend.py
+
+# Time `vllm-sidecar aggregate` over 4 hosts x 2 deployments x 1 day of replicated real
+# snapshots (2,304 folders under /tmp/fleet-bench); the figures are in the README's "Fleets".
+bench-fleet: venv
+	$(BIN)/python benchmarks/fleet.py
