@@ -2,9 +2,10 @@
 Pure functions over `SnapshotSummary` records, reusing `diff`'s statistics (sidecar.compare).
 
 Each deployment (a host and a `model@port`) is compared with the pooled rest of its group (the
-other deployments with the same model and fingerprint digest) as `diff` compares two sides:
-the segments are the units of the phase shares, the windows those of the CPU figures, the
-traffic rates and the latencies (tested when both sides have two windows or more). A
+other deployments with the same model and fingerprint digest) as `diff` compares two sides,
+with the window as the unit of every figure (`as_window_unit`), from each deployment's sums
+(sidecar.fleet_stats: the same changes as `compare`, at a cost that does not grow with the
+windows). A
 deployment far off inflates every other deployment's rest, so the comparison runs in rounds:
 the deployment with the strongest evidence (the smallest adjusted p) is named an outlier and
 leaves the pool, and the others are compared again without it, until a round names none. With
@@ -19,16 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from sidecar.compare import (
-    ALPHA,
-    Change,
-    Comparison,
-    Side,
-    compare,
-    merge,
-    simultaneous,
-    units_of,
-)
+from sidecar.compare import ALPHA, Change, merge, simultaneous, units_of
+from sidecar.fleet_stats import Profile, family, pooled, profile
 from sidecar.records.summary import SampleBlock, SnapshotSummary
 
 Key = tuple[str, str]  # (host, deployment)
@@ -70,7 +63,9 @@ def find_outliers(
     groups: Mapping[Group, Mapping[Key, Sequence[SnapshotSummary]]], alpha: float = ALPHA
 ) -> Outliers:
     """`groups`: (model, fingerprint) -> deployment -> its summaries (SnapshotSummary)."""
-    pools = {g: {k: [as_window_unit(s) for s in v] for k, v in d.items()}
+    # Each deployment's units summed once (sidecar.fleet_stats): a test then costs the number
+    # of figures, whatever the number of windows.
+    pools = {g: {k: profile(as_window_unit(s) for s in v) for k, v in d.items()}
              for g, d in groups.items() if g[1] and len(d) >= 2}  # fmt: skip
     alone = tuple(sorted(k for g, d in groups.items() if g[1] and len(d) < 2 for k in d))
     unknown = tuple(sorted(k for g, d in groups.items() if not g[1] for k in d))
@@ -113,23 +108,19 @@ def find_outliers(
     return Outliers(tuple(out), tested, rounds, alpha, alone, unknown)
 
 
-def _round(group: Group, pool: Mapping[Key, Sequence[SnapshotSummary]]) -> list[_Test]:
+def _round(group: Group, pool: Mapping[Key, Profile]) -> list[_Test]:
     keys = sorted(pool)
     if len(keys) == 2:  # symmetric: one test, and its mirror for the other of the two
-        c = _versus(pool, keys[0], [keys[1]])
-        return [_Test(keys[0], group, 1, list(c.family), c.mix_differs, True),
-                _Test(keys[1], group, 1, [], c.mix_differs, True)]  # fmt: skip
+        changes, mix = family(pool[keys[1]], pool[keys[0]])
+        return [_Test(keys[0], group, 1, changes, mix, True),
+                _Test(keys[1], group, 1, [], mix, True)]  # fmt: skip
     out = []
     for key in keys:
-        c = _versus(pool, key, [k for k in keys if k != key])
-        out.append(_Test(key, group, len(keys) - 1, list(c.family), c.mix_differs, False))
+        # The deployment (B) against the pooled rest (A): a change is the deployment's.
+        rest = pooled(pool[k] for k in keys if k != key)
+        changes, mix = family(rest, pool[key])
+        out.append(_Test(key, group, len(keys) - 1, changes, mix, False))
     return out
-
-
-def _versus(pool: Mapping[Key, Sequence[SnapshotSummary]], key: Key, rest: list[Key]) -> Comparison:
-    """The deployment (B) against the pooled rest (A): a change is the deployment's."""
-    pooled = tuple(s for k in rest for s in pool[k])
-    return compare(Side("the rest", pooled), Side(f"{key[0]} {key[1]}", tuple(pool[key])))
 
 
 def as_window_unit(summary: SnapshotSummary) -> SnapshotSummary:
