@@ -501,15 +501,14 @@ def _minus(b: float | None, a: float | None) -> float | None:
     return None if a is None or b is None else b - a
 
 
-def _phase_cpu(u: Unit, role: str, phase: str | None, busy: int | None = None) -> float | None:
-    """The role's CPU seconds in this unit, split by its busy samples when `phase` is given
-    (`busy`: the unit's busy samples of the role, when already counted)."""
+def _phase_cpu(u: Unit, role: str, phase: str | None) -> float | None:
+    """The role's CPU seconds in this unit, split by its busy samples when `phase` is given."""
     cpu = u.cpu_s.get(role)
     if cpu is None:
         return None
     if phase is None:
         return cpu
-    busy = u.busy_samples(role) if busy is None else busy
+    busy = u.busy_samples(role)
     return cpu * u.counts.get(role, {}).get(phase, 0) / busy if busy else 0.0
 
 
@@ -524,25 +523,19 @@ def _cpu_changes(
     for role in _roles(ua, ub):
         if not any(u.cpu_s.get(role) for u in (*ua, *ub)):
             continue  # a role that used no CPU (a helper process) costs nothing to compare
-        # Each unit's busy samples, counted once (a fleet compares thousands of units).
-        busy = {id(u): u.busy_samples(role) for u in (*ua, *ub)}
-        busy_total = [sum(busy[id(u)] for u in us) for us in (ua, ub)]
         phases: list[str | None] = [None]
         for phase in Phase:
-            value = phase.value  # once: an enum's .value is a property, and units are many
-            if value in WAITING:
+            if phase.value in WAITING:
                 continue
-            hits = [sum(u.counts.get(role, {}).get(value, 0) for u in us) for us in (ua, ub)]
-            # The phase's share of the busy samples: the ratio of the sums (sidecar.compare.ratio)
-            shares = [h / n if us and n > 0 else 0.0
-                      for h, n, us in zip(hits, busy_total, (ua, ub), strict=True)]  # fmt: skip
+            shares = [ratio((u.counts.get(role, {}).get(phase.value, 0), u.busy_samples(role))
+                            for u in us).value or 0.0 for us in (ua, ub)]  # fmt: skip
+            hits = [sum(u.counts.get(role, {}).get(phase.value, 0) for u in us) for us in (ua, ub)]
             if max(shares) >= MIN_BUSY_SHARE and min(hits) >= MIN_COST_SAMPLES:
-                phases.append(value)
+                phases.append(phase.value)
         for name in phases:
             a, b = (
                 ratio((y, x) for u in us
-                      if (y := _phase_cpu(u, role, name, busy[id(u)])) is not None
-                      and (x := per(u)))
+                      if (y := _phase_cpu(u, role, name)) is not None and (x := per(u)))
                 for us in (ua, ub)
             )  # fmt: skip
             out.append(_change(kind, role, name or "all", a, b, log=True))
