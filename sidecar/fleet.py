@@ -164,7 +164,8 @@ def _frames(
     try:
         got = con.execute(sql).fetchall()
     except duckdb.Error as exc:
-        raise InputError(f"cannot read the stacks ({exc}): remove or re-upload the file it "
+        why = str(exc).splitlines()[0]  # DuckDB's next lines quote the query
+        raise InputError(f"cannot read the stacks ({why}): remove or re-upload the file it "
                          "names, or narrow the range") from None  # fmt: skip
     out: dict[tuple[str, str], list[tuple[str, float]]] = defaultdict(list)
     for role, phase, frame, share in got:

@@ -20,7 +20,7 @@ from sidecar.fleet import FleetReport, aggregate, render_text, to_json
 from sidecar.fleet_source import load_fleet
 from sidecar.records.summary import SnapshotSummary
 from sidecar.summary_io import read_summary
-from tests.fleet_layout import FLAME, OTHER_PORT, PREFILL, copy, two_hosts, upload
+from tests.fleet_layout import FLAME, OTHER_PORT, PREFILL, STEADY, copy, two_hosts, upload
 
 
 def _report(sources: list[Path] | list[str], since: datetime | None = None,
@@ -169,3 +169,29 @@ def test_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "--since is not before --until" in capsys.readouterr().err
     assert main(["aggregate", str(tmp_path / "nowhere")]) == 3
     assert main(["aggregate"]) == 2
+
+
+def test_two_deployments_that_differ_are_both_named(tmp_path: Path) -> None:
+    """With two deployments which one is odd cannot be told: both are named, as a pair."""
+    a, b = tmp_path / "out" / "host-a", tmp_path / "out" / "host-b"
+    for src in STEADY[:5]:
+        copy(src, a)
+    for src in PREFILL:
+        copy(src, b)
+    report = _report([tmp_path / "out"])
+    found = report.outliers.outliers
+    assert [(o.host, o.pair) for o in found] == [("host-a", True), ("host-b", True)]
+    worker = {o.host: next(c for c in o.changes if (c.role, c.name) == ("worker", "compute"))
+              for o in found}  # fmt: skip
+    assert worker["host-b"].change == pytest.approx(-(worker["host-a"].change or 0))
+    assert "a third deployment would tell which is odd" in render_text(report)
+
+
+def test_a_garbled_stacks_file_names_the_fix(tmp_path: Path) -> None:
+    sources = two_hosts(tmp_path, prefill=False)
+    copy(FLAME, tmp_path / "out-a" / "host-a", name="20261201T141110Z")
+    (tmp_path / "out-a" / "host-a" / "20261201T141110Z" / "stacks.parquet").write_bytes(b"PAR1 no")
+    with pytest.raises(
+        InputError, match=r"cannot read the stacks .*20261201T141110Z.*: remove or re-upload"
+    ):
+        _report(sources)
