@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import unquote
 
 import duckdb
 import fsspec
@@ -44,6 +45,7 @@ from sidecar.trend_table import (
 
 Note = Callable[[str], None]
 STACKS_NAME = "stacks.parquet"
+ROW_NAME = "row.parquet"  # the uploader's copy of a folder's row, put last (sidecar/upload.py)
 SOURCE_HELP = (
     "give the daemon's output.dir, one host folder in it, or s3://bucket/prefix (what the "
     "uploader writes to)"
@@ -58,6 +60,7 @@ class Folder:
     name: str
     summary: str
     stacks: str | None
+    row: str | None = None  # the uploader's row.parquet: the folder's row of the table
 
 
 @dataclass
@@ -192,7 +195,7 @@ def _remote(source: str, note: Note) -> tuple[pa.Table, list[Folder], AbstractFi
             "the endpoint and the credentials (AWS_PROFILE, AWS_ACCESS_KEY_ID and "
             "AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL)"
         ) from None
-    files: dict[str, dict[str, str]] = {}  # folder key -> file name -> URL
+    files: dict[tuple[str, str], dict[str, str]] = {}  # (host, folder) -> file name -> URL
     tables: dict[str, list[str]] = {}  # host -> its table's files
     for path in paths:
         rel = path[len(root) :].lstrip("/").split("/") if path.startswith(root) else []
@@ -203,10 +206,10 @@ def _remote(source: str, note: Note) -> tuple[pa.Table, list[Folder], AbstractFi
         if rel[-1] == TABLE_NAME or part:
             tables.setdefault(host, []).append(fs.unstrip_protocol(path))
         elif len(rel) > 1 and SNAPSHOT_NAME.match(rel[-2]):
-            files.setdefault(f"{host}/{rel[-2]}", {})[rel[-1]] = fs.unstrip_protocol(path)
+            files.setdefault((host, rel[-2]), {})[rel[-1]] = fs.unstrip_protocol(path)
     found = [
-        Folder(key.split("/")[0], key.split("/")[1], got[SUMMARY_NAME], got.get(STACKS_NAME))
-        for key, got in sorted(files.items())
+        Folder(host, name, got[SUMMARY_NAME], got.get(STACKS_NAME), got.get(ROW_NAME))
+        for (host, name), got in sorted(files.items())
         if SUMMARY_NAME in got
     ]
     if not found:
@@ -220,31 +223,32 @@ def _remote(source: str, note: Note) -> tuple[pa.Table, list[Folder], AbstractFi
 
 
 def _host_of(rel: list[str]) -> str:
+    """The `host=` partition (percent-decoded, as Hive encodes it), else the first folder."""
     for part in rel:
         if part.startswith("host="):
-            return part.removeprefix("host=")
+            return unquote(part.removeprefix("host="))
     return rel[0]
 
 
 def _remote_table(
     fs: AbstractFileSystem, host: str, urls: list[str], folders: list[Folder], note: Note
 ) -> pa.Table:
-    """The host's rows from its table files, the rows it lacks from the summaries."""
-    read = []
-    for url in sorted(urls, key=lambda u: (not u.endswith("/" + TABLE_NAME), u)):
-        try:
-            with fs.open(url, "rb") as handle:
-                table = pq.read_table(handle)
-        except Exception as exc:  # garbled, or the store's driver's errors: rebuilt below
-            note(f"warning: skipped {url} ({type(exc).__name__}: {exc})")
-            continue
-        version = (table.schema.metadata or {}).get(b"vllm_sidecar_table", b"").decode()
-        if version != str(TABLE_VERSION):
-            note(f"warning: {url} is of table version {version!r}: its rows are rebuilt")
-            continue
-        read.append(table)
+    """The host's rows: from its table files (a synced output folder), from each folder's
+    `row.parquet` (the uploader's), and the rows still missing from the summaries."""
+    ordered = sorted(urls, key=lambda u: (not u.endswith("/" + TABLE_NAME), u))
+    read = [t for t in (_read_rows(fs, url, note) for url in ordered) if t is not None]
     have = _latest(pa.concat_tables(read, promote_options="permissive")) if read else None
     names = set(have["name"].to_pylist()) if have is not None else set()
+    with_row = [f for f in folders if f.name not in names and f.row]
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        rows_read = [t for t in pool.map(lambda f: _read_rows(fs, f.row or "", note), with_row)
+                     if t is not None]  # fmt: skip
+    if rows_read:
+        more = pa.concat_tables(rows_read, promote_options="permissive")
+        have = (
+            more if have is None else pa.concat_tables([have, more], promote_options="permissive")
+        )
+        names |= set(more["name"].to_pylist())
     missing = [f for f in folders if f.name not in names]
     rows = []
     fleet = Fleet(rows_to_table([]), {(f.host, f.name): f for f in missing}, {_protocol(fs): fs})
@@ -258,6 +262,22 @@ def _remote_table(
     new = rows_to_table(rows)
     table = new if have is None else pa.concat_tables([have, new], promote_options="permissive")
     return _with_host(table, host)
+
+
+def _read_rows(fs: AbstractFileSystem, url: str, note: Note) -> pa.Table | None:
+    """A table file's rows, or None (with a warning) when it is garbled, unreadable or of
+    another table version: its folders' rows are then rebuilt from their summaries."""
+    try:
+        with fs.open(url, "rb") as handle:
+            table = pq.read_table(handle)
+    except Exception as exc:  # garbled, or the store's driver's errors
+        note(f"warning: skipped {url} ({type(exc).__name__}: {exc})")
+        return None
+    version = (table.schema.metadata or {}).get(b"vllm_sidecar_table", b"").decode()
+    if version != str(TABLE_VERSION):
+        note(f"warning: {url} is of table version {version!r}: its rows are rebuilt")
+        return None
+    return table
 
 
 def _latest(table: pa.Table) -> pa.Table:

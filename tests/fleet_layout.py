@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from urllib.parse import quote
 
 import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
 from fsspec.spec import AbstractFileSystem
 
 from sidecar.summary_io import read_summary
-from sidecar.trend_table import TABLE_NAME, TrendTable, summary_row
+from sidecar.trend_table import TrendTable, rows_to_table, summary_row, table_schema
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 STEADY = sorted((FIXTURES / "diff" / "steady-mixed").iterdir())
@@ -54,10 +57,12 @@ def two_hosts(tmp: Path, prefill: bool = True, max_seqs: bool = False) -> list[P
 def upload(
     sources: list[Path],
     root: str,
-    table_for: str | None = None,
+    rows_for: str | None = None,
     fs: AbstractFileSystem | None = None,
 ) -> None:
-    """The uploader's layout: host=/deployment=/date=/<snapshot>/files, the host's table."""
+    """The uploader's layout (sidecar/upload.py): Hive partitions
+    host=<host>/deployment=<model@port>/date=<YYYY-MM-DD>/<snapshot>/ holding the folder's files
+    and, for the host `rows_for`, its row of the table (row.parquet, written last)."""
     fs = fs or fsspec.filesystem("memory")
     for source in sources:
         for host_dir in source.iterdir():
@@ -65,11 +70,25 @@ def upload(
                 if not folder.name.startswith("2026"):
                     continue
                 s = read_summary(folder)
-                prefix = (f"{root}/host={host_dir.name}/deployment={s.deployment}/"
+                prefix = (f"{root}/host={quote(host_dir.name, safe='@')}/"
+                          f"deployment={quote(s.deployment or 'unknown', safe='@')}/"
                           f"date={s.created_at[:10]}/{folder.name}")  # fmt: skip
                 for f in folder.iterdir():
                     fs.pipe(f"{prefix}/{f.name}", f.read_bytes())
-            if host_dir.name == table_for:
-                TrendTable(host_dir).compact()
-                fs.pipe(f"{root}/host={host_dir.name}/{TABLE_NAME}",
-                        (host_dir / TABLE_NAME).read_bytes())  # fmt: skip
+                if host_dir.name == rows_for:
+                    sink = pa.BufferOutputStream()
+                    table = rows_to_table([summary_row(s, name=folder.name)])
+                    pq.write_table(table.replace_schema_metadata(table_schema().metadata), sink)
+                    fs.pipe(f"{prefix}/row.parquet", sink.getvalue().to_pybytes())
+
+
+def sync(sources: list[Path], root: str, fs: AbstractFileSystem | None = None) -> None:
+    """An output folder copied as it is (`aws s3 sync OUT s3://...`): <host>/<snapshot>/ and
+    each host's compacted table, <host>/snapshots.parquet."""
+    fs = fs or fsspec.filesystem("memory")
+    for source in sources:
+        for host_dir in source.iterdir():
+            TrendTable(host_dir).compact()
+            for path in sorted(host_dir.rglob("*")):
+                if path.is_file() and ".table" not in path.parts:
+                    fs.pipe(f"{root}/{path.relative_to(source)}", path.read_bytes())

@@ -55,7 +55,7 @@ def test_aggregate_reads_s3_as_it_reads_the_folders(
     copy(FLAME, tmp_path / "out-a" / "host-a", name="20261201T141110Z")
     seen: list[str] = []
     local = aggregate(load_fleet([str(s) for s in sources], seen.append), None, None, seen.append)
-    upload(sources, s3, table_for="host-a", fs=fsspec.filesystem("s3", skip_instance_cache=True))
+    upload(sources, s3, rows_for="host-a", fs=fsspec.filesystem("s3", skip_instance_cache=True))
     notes: list[str] = []
     remote = aggregate(load_fleet([s3], notes.append), None, None, notes.append)
     assert any("host-b: 8 rows rebuilt from their summaries" in n for n in notes)

@@ -20,7 +20,7 @@ from sidecar.fleet import FleetReport, aggregate, render_text, to_json
 from sidecar.fleet_source import load_fleet
 from sidecar.records.summary import SnapshotSummary
 from sidecar.summary_io import read_summary
-from tests.fleet_layout import FLAME, OTHER_PORT, PREFILL, STEADY, copy, two_hosts, upload
+from tests.fleet_layout import FLAME, OTHER_PORT, PREFILL, STEADY, copy, sync, two_hosts, upload
 
 
 def _report(sources: list[Path] | list[str], since: datetime | None = None,
@@ -130,19 +130,36 @@ def memory_root() -> Iterator[str]:
 
 def test_an_fsspec_url_reads_the_same_fleet(tmp_path: Path, memory_root: str) -> None:
     """The route s3:// takes (fsspec, DuckDB reading through the registered filesystem),
-    shown with fsspec's in-memory filesystem: the same report as the local folders."""
+    shown with fsspec's in-memory filesystem: the uploader's layout gives the same report as
+    the local folders, host-a's rows read from the uploaded row.parquet, host-b's (uploaded
+    without rows) rebuilt from the summaries."""
     sources = two_hosts(tmp_path)
     copy(FLAME, tmp_path / "out-a" / "host-a", name="20261201T141110Z")
     local = _report(sources)
-    upload(sources, memory_root, table_for="host-a")
+    upload(sources, memory_root, rows_for="host-a")
     notes: list[str] = []
     remote = aggregate(load_fleet([memory_root], notes.append), None, None, notes.append)
-    assert any("host-b: 8 rows rebuilt from their summaries" in n for n in notes)
+    assert [n for n in notes if "rebuilt" in n] == [
+        "host-b: 8 rows rebuilt from their summaries (not saved: the bucket is the uploader's)"
+    ]
     for role, shares in local.fleet.shares.items():  # DuckDB sums in parallel: to the ulp
         assert remote.fleet.shares[role] == pytest.approx(shares, abs=1e-12)
     assert [d.key for d in remote.deployments] == [d.key for d in local.deployments]
     assert [(o.host, o.deployment) for o in remote.outliers.outliers] == [("host-b", OTHER_PORT)]
     assert remote.frames == local.frames and remote.stacks == local.stacks
+
+
+def test_a_synced_output_folder_reads_the_same(tmp_path: Path, memory_root: str) -> None:
+    """An output folder copied to a bucket as it is: hosts are its first folders, the rows come
+    from each host's snapshots.parquet."""
+    sources = two_hosts(tmp_path)
+    local = _report(sources)
+    sync(sources, memory_root)
+    notes: list[str] = []
+    remote = aggregate(load_fleet([memory_root], notes.append), None, None, notes.append)
+    assert not [n for n in notes if "rebuilt" in n]
+    assert [d.key for d in remote.deployments] == [d.key for d in local.deployments]
+    assert [(o.host, o.deployment) for o in remote.outliers.outliers] == [("host-b", OTHER_PORT)]
 
 
 def test_bad_sources_name_the_fix(tmp_path: Path, memory_root: str) -> None:
