@@ -4,9 +4,10 @@ read through fsspec, and the DuckDB connection that queries them.
 A local SOURCE is the daemon's output.dir (a folder per host) or one host folder: each host's
 table is read and repaired from its summaries when out of step (`trend_source.load_table`, the
 same as `trend`, and saved for the next reader). A remote SOURCE (`s3://bucket/prefix`, or any
-fsspec URL) is listed once: the uploader writes `host=<host>/deployment=<model@port>/
-date=<YYYY-MM-DD>/<snapshot>/{summary.json,stacks.parquet}` and each host's table
-(`snapshots.parquet`, `.table/*.parquet`) under `host=<host>/`; rows the table lacks are
+fsspec URL) is listed once: the uploader (sidecar/upload.py) writes Hive partitions
+`host=<host>/deployment=<model@port>/date=<YYYY-MM-DD>/<snapshot>/` holding the folder's files
+and its row of the table (`row.parquet`, put last); an output folder copied as it is holds
+`<host>/<snapshot>/` and `<host>/snapshots.parquet`. Both are read; the rows still missing are
 rebuilt from the summaries in memory (the bucket is the uploader's: nothing is written there).
 
 DuckDB reads remote Parquet through the same fsspec filesystem, registered with the connection
