@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv vllm-env browser lint unit integration test demo bench bench-trend soak noise record-diff validate-deploy schema clean bench-upload
+.PHONY: venv vllm-env browser lint unit integration test demo bench bench-trend bench-fleet bench-upload soak noise record-diff validate-deploy schema clean
 
 venv: $(STAMP)
 
@@ -76,3 +76,8 @@ bench-trend: venv
 # an outage and its drain (1 to 2 min); the figures are in the README's "Snapshots to object storage".
 bench-upload: venv
 	$(BIN)/python -m benchmarks.upload
+
+# Time `vllm-sidecar aggregate` over 4 hosts x 2 deployments x 1 day of replicated real
+# snapshots (2,304 folders under /tmp/fleet-bench); the figures are in the README's "Fleets".
+bench-fleet: venv
+	$(BIN)/python benchmarks/fleet.py
