@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv vllm-env browser prometheus lint unit integration test demo bench bench-trend soak noise record-diff validate-deploy schema clean
+.PHONY: venv vllm-env browser prometheus lint unit integration test demo bench bench-trend soak noise record-diff validate-deploy schema dashboard clean
 
 venv: $(STAMP)
 
@@ -66,6 +66,10 @@ record-diff: vllm-env
 
 schema: venv
 	$(BIN)/python -m devtools.schema
+
+# deploy/grafana/vllm-sidecar.json from its panels (devtools/grafana_dashboard.py).
+dashboard: venv
+	$(BIN)/python -m devtools.grafana_dashboard
 
 validate-deploy:
 	scripts/validate-deploy.sh
