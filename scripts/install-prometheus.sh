@@ -32,6 +32,8 @@ if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -
   echo "apt-get could not install prometheus: the Prometheus tests will skip"
   exit 0
 fi
+# The postinst enabled both the init script and the unit: disable them (systemctl works offline).
 update-rc.d prometheus disable >/dev/null 2>&1 || true
 deb-systemd-helper disable prometheus.service >/dev/null 2>&1 || true
+systemctl disable prometheus.service >/dev/null 2>&1 || true
 echo "installed $(prometheus --version 2>&1 | head -1) (not started, not enabled)"
