@@ -210,7 +210,8 @@ class Daemon:
             self.parts.uploads.wake()
         written = str(outcome.path) if outcome.path else None
         summary = snapshot.summary(kind)
-        self.state.update_snapshot(summary, kind, written, findings(summary, self.parts.advice))
+        self.state.update_snapshot(summary, kind, written, findings(summary, self.parts.advice),
+                                   cpu_budget=self.config.sampling.cpu_budget)  # fmt: skip
         self.state.update_disk(store.disk_state, store.free_bytes, store.total_bytes_used,
                                store.snapshots_written, store.writes_skipped,
                                store.deleted_total)  # fmt: skip

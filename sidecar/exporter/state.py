@@ -52,6 +52,7 @@ class ExporterView:
 
     summary: SnapshotSummary | None = None
     findings: tuple[Finding, ...] = ()  # the latest snapshot's (configs/advice.yaml)
+    cpu_budget: float | None = None  # the sampler's CPU budget then; None: off (fixed rate)
     root_pid: int | None = None
     samples_total: int = 0
     errors_total: int = 0
@@ -86,6 +87,7 @@ class ExporterState:
         kind: str,
         written_path: str | None,
         findings: tuple[Finding, ...] = (),
+        cpu_budget: float | None = None,
     ) -> None:
         root_pid = summary.target.root_pid
         mark = SnapshotMark(kind, self.clock(), written_path)
@@ -95,6 +97,7 @@ class ExporterState:
                 v,
                 summary=summary,
                 findings=findings,
+                cpu_budget=cpu_budget,
                 root_pid=root_pid if root_pid is not None else v.root_pid,
                 samples_total=v.samples_total + summary.sampling.samples,
                 errors_total=v.errors_total + summary.sampling.errors,
