@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv vllm-env browser lint unit integration test demo bench bench-trend soak noise record-diff validate-deploy schema clean bench-upload
+.PHONY: venv vllm-env browser prometheus lint unit integration test demo bench bench-trend bench-fleet bench-upload soak noise record-diff validate-deploy schema dashboard clean
 
 venv: $(STAMP)
 
@@ -31,7 +31,7 @@ unit: venv
 integration: vllm-env
 	$(BIN)/pytest tests/integration -q -m integration
 
-test: vllm-env lint browser
+test: vllm-env lint browser prometheus
 	$(BIN)/pytest tests -q -rs
 
 # Headless Chromium renders the flame graphs in the tests (Debian's package); where it cannot be
@@ -40,6 +40,12 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
 		&& (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium \
 		>/dev/null) || echo "chromium not installed: the render tests will skip"; }
+
+# Prometheus and promtool (Debian's package) for the exporter, alert rule and dashboard tests;
+# installed without starting or enabling its service (the tests start their own on a free
+# loopback port). Where it cannot be installed those tests skip and say so.
+prometheus:
+	@scripts/install-prometheus.sh
 
 demo: vllm-env
 	$(BIN)/python -m devtools.demo
@@ -61,6 +67,10 @@ record-diff: vllm-env
 schema: venv
 	$(BIN)/python -m devtools.schema
 
+# deploy/grafana/vllm-sidecar.json from its panels (devtools/grafana_dashboard.py).
+dashboard: venv
+	$(BIN)/python -m devtools.grafana_dashboard
+
 validate-deploy:
 	scripts/validate-deploy.sh
 
@@ -76,3 +86,8 @@ bench-trend: venv
 # an outage and its drain (1 to 2 min); the figures are in the README's "Snapshots to object storage".
 bench-upload: venv
 	$(BIN)/python -m benchmarks.upload
+
+# Time `vllm-sidecar aggregate` over 4 hosts x 2 deployments x 1 day of replicated real
+# snapshots (2,304 folders under /tmp/fleet-bench); the figures are in the README's "Fleets".
+bench-fleet: venv
+	$(BIN)/python benchmarks/fleet.py

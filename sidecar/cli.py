@@ -468,6 +468,49 @@ def trend(out: Path, host: str | None, since: str, until: str | None, kind: str,
         click.echo(render_text(result))
 
 
+# ---------------------------------------------------------------------------------- aggregate
+
+
+@cli.command()
+@click.argument("sources", nargs=-1, metavar="SOURCE...")
+@click.option(
+    "--since",
+    default=None,
+    metavar="DURATION|TIME",
+    help="From this long before --until (7d, 12h), or from a UTC time; default: all.",
+)
+@click.option(
+    "--until",
+    default=None,
+    metavar="DURATION|TIME",
+    help="Up to this long ago (1d), or a UTC time; default: now.",
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)  # fmt: skip
+def aggregate(sources: tuple[str, ...], since: str | None, until: str | None, fmt: str) -> None:
+    """The fleet: phase shares, deployments, hosts and outliers over many hosts' snapshots.
+    SOURCE: an output folder (a host folder per host), one host folder, or s3://bucket/prefix."""
+    import time as _time
+
+    from sidecar.fleet import aggregate as fleet_report
+    from sidecar.fleet import render_text as fleet_text
+    from sidecar.fleet import to_json as fleet_json
+    from sidecar.fleet_source import load_fleet
+
+    now = _time.time()
+    end = _when(until, "--until", now=now) if until else None
+    start = _when(since, "--since", now=end.timestamp() if end else now) if since else None
+    if start and end and start >= end:
+        raise ConfigError("--since is not before --until: swap them or widen the range")
+    note = lambda line: click.echo(line, err=True)  # noqa: E731
+    report = fleet_report(load_fleet(sources, note), start, end, note)
+    if fmt == "json":
+        click.echo(json.dumps(fleet_json(report), indent=2))
+    else:
+        click.echo(fleet_text(report))
+
+
 # ---------------------------------------------------------------------------------- export
 
 
@@ -507,13 +550,13 @@ def _when(text: str, flag: str, now: float) -> datetime:
 def run(**kw: Any) -> None:
     """Profile vLLM on a schedule: snapshots, hourly baselines, a Prometheus endpoint."""
     from sidecar.daemon import Daemon
-    from sidecar.fleet import FleetDaemon
     from sidecar.logs import setup_logging
+    from sidecar.multi_target import MultiTargetDaemon
 
     config, path, flags = _settings(click.get_current_context(), DAEMON_SETTINGS, Config())
     setup_logging(config.log_level)
-    # `targets:` in the config file: every server it names, each a deployment (sidecar/fleet.py).
-    daemon = FleetDaemon if config.targets else Daemon
+    # `targets:` in the config file: every server it names, each a deployment (multi_target.py).
+    daemon = MultiTargetDaemon if config.targets else Daemon
     daemon(config, config_path=path, flags=flags).run()
 
 

@@ -185,7 +185,7 @@ def _change(kind: str, role: str | None, name: str, a: Ratio, b: Ratio, log: boo
                   df=df)  # fmt: skip
 
 
-def _simultaneous(changes: list[Change], alpha: float) -> list[Change]:
+def simultaneous(changes: list[Change], alpha: float) -> list[Change]:
     """Bonferroni over the tested changes: each interval at 1 - alpha/m."""
     m = sum(c.se is not None for c in changes)
     out = []
@@ -395,7 +395,7 @@ def compare(a: Side, b: Side, alpha: float = ALPHA) -> Comparison:
         ),
         _untested_unless(by_window, _rate_changes(ca, cb)) + _latency_changes(a, b),
     ]
-    tested = iter(_simultaneous([c for part in parts for c in part], alpha))
+    tested = iter(simultaneous([c for part in parts for c in part], alpha))
     shares, cores, costs, serving = (tuple(next(tested) for _ in part) for part in parts)
     per_request = _cpu_changes("per_request", ca, cb, lambda u: u.requests)
     fa, fb = side_fingerprints(a), side_fingerprints(b)
@@ -414,7 +414,7 @@ def compare(a: Side, b: Side, alpha: float = ALPHA) -> Comparison:
         ),
         tested=sum(c.tested for c in (*shares, *cores, *costs, *serving)),
         alpha=alpha,
-        custom=tuple(_simultaneous(_custom_changes(a, b), alpha)),
+        custom=tuple(simultaneous(_custom_changes(a, b), alpha)),
     )
 
 

@@ -148,7 +148,7 @@ class Config:
     # Extra Prometheus series per snapshot (sidecar/custom_spec.py): a list, so the file only
     # (no variable or flag sets it); validated on load like every setting.
     custom_metrics: tuple[CustomMetricSpec, ...] = ()
-    # The vLLM servers one daemon follows together (sidecar/target_spec.py, sidecar/fleet.py):
+    # The vLLM servers one daemon follows together (target_spec.py, multi_target.py):
     # a list, in the file only; empty: `target` names the one server, as before.
     targets: tuple[TargetSpec, ...] = ()
     source: str = "defaults"  # not a setting: the file the configuration came from

@@ -384,7 +384,8 @@ def keep_window(
         parts.uploads.wake()
     written = str(outcome.path) if outcome.path else None
     summary = snapshot.summary(kind)
-    state.update_snapshot(summary, kind, written, findings(summary, parts.advice))
+    state.update_snapshot(summary, kind, written, findings(summary, parts.advice),
+                          cpu_budget=parts.config.sampling.cpu_budget)  # fmt: skip
     state.update_disk(store.disk_state, store.free_bytes, store.total_bytes_used,
                       store.snapshots_written, store.writes_skipped,
                       store.deleted_total)  # fmt: skip

@@ -1,372 +1,349 @@
-"""`vllm-sidecar run` with `targets:`: one daemon, every vLLM server on the host.
+"""`vllm-sidecar aggregate`: the fleet report over many hosts' and deployments' snapshots.
 
-Each server is a deployment (`model@port`, discovery.deployment_id) with parts of its own: a
-store under OUT/<host>/<deployment>/ (a folder every reader takes as a host folder), a schedule
-(its windows and hourly baselines), a rate controller, its own metrics URL (from its --port, or
-the entry's metrics_url), its upload thread and its exporter series, labelled `deployment`,
-`model`, `port` (and `root_start` on the per-window series). The rules, py-spy, NVML and the
-fingerprint cache are shared.
-
-Servers come and go without a restart: the known ones are checked every tick (TICK_S), the
-`targets:` entries are rediscovered every `target.rescan_s` (5 s; a full /proc scan, about
-0.2 ms of CPU per process on the host, so not every tick). A server that goes away is marked
-down (its gap recorded in its own index, `target_up 0`, its window gauges dropped); one found
-again under the same name continues its folder, schedule and counters (`target_restarts` + 1);
-a new one gets a deployment of its own.
-
-The CPU budget is shared by taking windows in turn: the loop runs one window at a time, the
-deployment whose deadline comes first, so at most one py-spy runs at any moment, and each
-deployment's RateController keeps its py-spy within `sampling.cpu_budget` of one core (its rate
-adapted to its own cost, which grows with its process count). The sampler's CPU averaged over
-time is then at most the budget, whatever the number of servers. A deadline that falls inside
-another deployment's window waits for it (its lateness, in the exporter); one that passes
-entirely is a missed window: with N servers, `N x window_s` above `interval_s` misses windows,
-and `windows_missed` says so.
+DuckDB queries the per-snapshot table (one row per snapshot folder, `snapshots`) and the
+stacks (`stacks.parquet`); a fleet's phase share is a ratio of sums (each snapshot's share
+times its role's samples, over the role's samples), never a mean of shares, so a long or busy
+window counts for what it sampled. Tokens per second are weighted by the windows' seconds;
+latencies and KV usage are the mean of the windows' readings. The outliers come from the
+summaries, through `diff`'s statistics (sidecar.fleet_outliers).
 """
 
 from __future__ import annotations
 
-import logging
-import socket
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
-from pathlib import Path
+import math
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
-from sidecar.config import Config
-from sidecar.daemon import TICK_S, Daemon, Wake, keep_window, start_uploads
-from sidecar.discovery import Deployment, DeploymentId, deployment_id, find_all
-from sidecar.errors import AttachError, SamplerError, SidecarError
-from sidecar.exporter import ExporterGroup, ExporterState
-from sidecar.failures import Failure, FailureTally, classify
-from sidecar.parts import Builders, Parts, Store, WindowCollector, WindowResult, build_parts
-from sidecar.parts import real_collector as _real_collector
-from sidecar.schedule import PlannedWindow
-from sidecar.store import DiskState, StoredSnapshot, WriteOutcome
-from sidecar.target_spec import TargetSpec
+import duckdb
 
-log = logging.getLogger("vllm_sidecar")
-RESCAN_S = 5.0  # target.rescan_s's default: a /proc scan costs ~0.2 ms CPU per process
-BACKOFF_MAX_S = 30.0
-DEPLOYMENT_LABELS = ("deployment", "model", "port")
+from sidecar.diff import change_words
+from sidecar.errors import InputError
+from sidecar.fleet_outliers import Group, Key, Outliers, find_outliers
+from sidecar.fleet_source import Fleet, Note
+from sidecar.records import Phase, Role
+from sidecar.records.summary import SnapshotSummary
+from sidecar.render import table
+from sidecar.trend_table import ROLE_SAMPLES
 
-Found = tuple[list[tuple[Deployment, TargetSpec]], list[str]]
+ROLES = tuple(r.value for r in Role)
+PHASES = tuple(p.value for p in Phase)
+TOP_FRAMES = 3
 
 
-@dataclass
-class Member:
-    """One deployment of the fleet and what the loop knows of it."""
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One deployment's or host's (or the fleet's) figures over the range."""
 
-    id: DeploymentId
-    spec: TargetSpec
-    parts: Parts
-    state: ExporterState
-    failures: FailureTally
-    target: Deployment | None = None
-    planned: PlannedWindow | None = None
-    restarts: int = 0
-    down_since: float | None = None  # wall seconds; None while up
-    down_reason: str = ""
-    lost: Deployment | None = None  # the run last lost, until another is found
+    key: tuple[str, ...]
+    windows: int
+    samples: float
+    seconds: float
+    role_samples: dict[str, float]
+    shares: dict[str, dict[str, float]]  # role -> phase -> share of the role's samples
+    figures: dict[str, float | None]  # generation/prompt tokens/s, TTFT, KV usage
 
 
-class FleetDaemon(Daemon):
-    """The daemon over every server `config.targets` names; signals, reloads, the watchdog and
-    the exporter's endpoint are the single daemon's (daemon.py)."""
-
-    def __init__(
-        self,
-        config: Config,
-        config_path: Path | None = None,
-        flags: Mapping[str, Any] | None = None,
-        environ: Mapping[str, str] | None = None,
-        *args: Any,
-        builders: Builders | None = None,
-        find_all_targets: Callable[[], Found] | None = None,
-        **kw: Any,
-    ) -> None:
-        """`find_all_targets()`: the deployments the entries name and why some found none
-        (default: discovery.find_all over the config's proc_root); the rest as Daemon's."""
-        make = builders or Builders()
-        # The daemon's own parts hold no store and no uploads: each deployment has its own,
-        # and an index at OUT/<host>/ would hide the deployment folders from the readers.
-        host_only = replace(make, store=_host_only, uploads=lambda config, store: None)
-        super().__init__(config, config_path, flags, environ, *args, builders=host_only, **kw)
-        self._member_builders = make
-        self._find_all = find_all_targets or self._configured_targets
-        self._targets = config.targets
-        self.state.labels = dict.fromkeys(DEPLOYMENT_LABELS, "")  # the same names as members'
-        self.group = ExporterGroup(self.state)
-        self.members: dict[str, Member] = {}
-        self._by_root: dict[tuple[int, int], str] = {}  # a running server's root -> its member
-        self._next_scan = self.clock()
-        self._current: Member | None = None
-
-    def exported(self) -> ExporterState | ExporterGroup:
-        return self.group
-
-    # ------------------------------------------------------------------ life
-
-    def serve(self) -> int:
-        try:
-            if not self._wait_for_any_at_start():
-                return 0  # stopped while waiting
-            up = [m.id.name for m in self.members.values() if m.target is not None]
-            self.notifier.ready(f"profiling {len(up)} vLLM servers: {', '.join(up)}")
-            while not self.signals.stop.is_set():
-                self._step()
-            for m in self.members.values():  # a gap ends where the record ends
-                if m.down_since is not None:
-                    m.parts.store.record_gap(m.down_since, self.wall(), m.down_reason)
-        finally:
-            self.notifier.stopping()
-            for m in self.members.values():
-                if m.parts.uploads is not None:
-                    m.parts.uploads.stop()
-            if self.parts.gpu is not None:
-                self.parts.gpu.close()
-        return 0
-
-    def _step(self) -> None:
-        if self.clock() >= self._next_scan:
-            self._rescan()
-        self._check_alive()
-        member = self._next_member()
-        until = self._next_scan if member is None else min(self._next_planned(member),
-                                                           self._next_scan)  # fmt: skip
-        wake = self._sleep_until(min(until, self.clock() + TICK_S))
-        if wake is Wake.REPLAN:
-            self._replan()
-        elif wake is Wake.DUE and member is not None and member.target is not None:
-            assert member.planned is not None
-            if self.clock() >= member.planned.start:
-                self._member_window(member, member.planned)
-
-    def _wait_for_any_at_start(self) -> bool:
-        """Rediscover with backoff until a server is found: False when stopped meanwhile; an
-        AttachError naming every entry after `target.start_timeout_s` (exit 4)."""
-        timeout = self.config.target.start_timeout_s
-        deadline, delay = self.clock() + timeout, 1.0
-        while True:
-            missing = self._rescan()
-            if any(m.target is not None for m in self.members.values()):
-                return True
-            if self.clock() >= deadline:
-                why = "; ".join(missing) or "no vLLM server found"
-                raise AttachError(f"no vLLM server of targets: {why} (waited {timeout:g} s)")
-            log.info("waiting for a vLLM server: %s", "; ".join(missing) or "none found")
-            if self._sleep_until(self.clock() + delay) is Wake.STOP:
-                return False
-            delay = min(delay * 2, BACKOFF_MAX_S)
-
-    # ------------------------------------------------------------------ who is there
-
-    def _configured_targets(self) -> Found:
-        targets = self.config.targets or self._targets  # a reload cannot turn the fleet off
-        return find_all(self.parts.procfs, targets, self.config.target.any_python)
-
-    def _rescan(self) -> list[str]:
-        """Rediscover: new servers get a deployment, returning ones come up again."""
-        self._next_scan = self.clock() + self.config.target.rescan_s
-        found, missing = self._find_all()
-        for line in missing:
-            log.debug("targets: %s", line)
-        for target, spec in found:
-            if target.root.key not in self._by_root:
-                self._found(target, spec)
-        return missing
-
-    def _found(self, target: Deployment, spec: TargetSpec) -> None:
-        ident = deployment_id(target)
-        m = self.members.get(ident.name)
-        if m is not None and m.target is not None and self._alive(m.target):
-            # Another live server of the same name (model@port in another network namespace):
-            # a deployment of its own, named by its root PID.
-            ident = replace(ident, name=f"{ident.name}-{target.root.pid}")
-            m = self.members.get(ident.name)
-        if m is not None and m.lost is not None and target.is_remnant_of(m.lost):
-            log.debug("vLLM %d lost a serving process and is shutting down", target.root.pid)
-            return
-        if m is None:
-            m = self._new_member(ident, spec)
-            if m is None:
-                return
-        self._attach(m, target, ident)
-
-    def _new_member(self, ident: DeploymentId, spec: TargetSpec) -> Member | None:
-        labels = {"deployment": ident.name, "model": ident.model, "port": ident.port}
-        state = ExporterState(self.state.host, self.state.clock, labels)
-        try:
-            parts = self._member_parts(ident.name, spec, None)
-        except SidecarError as exc:
-            if not self.members:
-                raise  # at start (an output folder that cannot be written, exit 6): fatal
-            log.error("cannot profile deployment %s: %s", ident.name, exc)  # the others go on
-            return None
-        m = Member(ident, spec, parts, state, FailureTally(state.update_failures))
-        parts.store.cleanup_temp()
-        start_uploads(parts, state)
-        self.members[ident.name] = m
-        self.group.add(ident.name, state)
-        return m
-
-    def _member_parts(self, name: str, spec: TargetSpec, previous: Parts | None) -> Parts:
-        """The daemon's parts with this deployment's store, uploads, schedule and controller;
-        the GPU reader is the daemon's (one NVML session for all)."""
-        make = replace(self._member_builders,
-                       store=lambda config: self._member_builders.deployment_store(config, name),
-                       gpu=lambda enabled: self.parts.gpu)  # fmt: skip
-        parts = build_parts(self.config, make, self.clock, self.wall, previous=previous)
-        if spec.metrics_url is not None:
-            url, timeout = spec.metrics_url, self.config.metrics.timeout_s
-            parts = replace(parts, metrics=make.metrics(url, timeout))
-        return parts
-
-    def _attach(self, m: Member, target: Deployment, ident: DeploymentId) -> None:
-        schedule, now = m.parts.schedule, self.clock()
-        if m.down_since is not None:
-            m.parts.store.record_gap(m.down_since, self.wall(), m.down_reason)
-            m.restarts += 1
-            schedule.skip_until(now)
-        else:
-            schedule.begin()
-        m.target, m.id, m.down_since, m.lost, m.planned = target, ident, None, None, None
-        self._by_root[target.root.key] = m.id.name
-        m.state.instance_labels = {"root_start": str(target.root.start_time)}
-        m.state.update_target(True, m.restarts, None)
-        roles = ", ".join(f"{p.pid} {p.role.value}" for p in target.processes)
-        log.info("deployment %s: attached to vLLM %d: %s", m.id.name, target.root.pid, roles)
-
-    def _check_alive(self) -> None:
-        for m in self.members.values():
-            if m.target is not None and not self._alive(m.target):
-                self._down(m, "the target is gone")
-
-    def _down(self, m: Member, reason: str) -> None:
-        assert m.target is not None
-        self._by_root.pop(m.target.root.key, None)
-        m.lost, m.target, m.planned = m.target, None, None
-        m.down_since, m.down_reason = self.wall(), reason
-        m.parts.store.record_gap(m.down_since, None, reason)  # open until it is found again
-        m.state.update_target(False, m.restarts, m.down_since)
-        m.state.clear_snapshot()
-        log.warning("deployment %s: target lost (%s); rediscovering every %g s",
-                    m.id.name, reason, self.config.target.rescan_s)  # fmt: skip
-        self._next_scan = min(self._next_scan, self.clock() + 1.0)  # a redeploy: look soon
-
-    # ------------------------------------------------------------------ windows in turn
-
-    def _next_member(self) -> Member | None:
-        """The running deployment whose next window comes first."""
-        up = [m for m in self.members.values() if m.target is not None]
-        return min(up, key=self._next_planned, default=None)
-
-    def _next_planned(self, m: Member) -> float:
-        if m.planned is None:  # planned once per window: the jitter is drawn once
-            schedule = m.parts.schedule
-            m.planned = schedule.plan()
-            m.state.update_schedule(m.planned.start_wall, schedule.lateness_s, schedule.missed)
-        return m.planned.start
-
-    def _member_window(self, m: Member, planned: PlannedWindow) -> None:
-        target, schedule = m.target, m.parts.schedule
-        assert target is not None
-        schedule.started(planned)
-        m.state.update_schedule(planned.start_wall, schedule.lateness_s, schedule.missed)
-        result = self._collect_member(m, target)
-        schedule.done(planned)
-        m.planned = None
-        self._next_planned(m)  # the exporter's next deadline and missed count, at once
-        if result is not None:
-            keep_window(result, planned, m.parts, m.state, m.failures)
-        if not self._alive(target):
-            partial = result.snapshot.window.partial_reason if result else None
-            self._down(m, partial or "the target exited")
-
-    def _collect_member(self, m: Member, target: Deployment) -> WindowResult | None:
-        """As Daemon._collect, over the member's parts: the daemon's very first window failing
-        to attach to a live server is a failed start (ptrace is the host's, not the server's)."""
-        first = not self._had_window
-        self._current = m
-        try:
-            collector = self._make_collector(target, first)
-            result = collector.collect(self.config.schedule.window_s, self._should_stop)
-        except Exception as exc:
-            kind = classify(exc)
-            start_failed = first and isinstance(exc, AttachError | SamplerError)
-            if kind is None or (start_failed and self._alive(target)):
-                raise
-            m.failures.failed(Failure(kind, str(exc) or type(exc).__name__))
-            return None
-        finally:
-            self._current = None
-        self._had_window = True
-        return result
-
-    def _collector(self, target: Deployment, first: bool) -> WindowCollector:
-        m = self._current
-        assert m is not None
-
-        def alive() -> bool:
-            return self._alive(target)
-
-        return _real_collector(m.parts, target, first, alive, self.clock, self.wall)
-
-    # ------------------------------------------------------------------ reloads
-
-    def _reload(self) -> None:
-        """The daemon's parts first (all or nothing), then each deployment's over the new
-        config; a deployment keeps the parts whose section did not change."""
-        old = self.parts
-        super()._reload()
-        if self.parts is old:
-            return  # the reload failed: everything runs on
-        if not self.config.targets:
-            log.warning("targets: removed from the config: takes effect at the next restart")
-        for m in self.members.values():
-            try:
-                parts = self._member_parts(m.id.name, m.spec, m.parts)
-            except SidecarError as exc:
-                log.error("deployment %s keeps its parts: %s", m.id.name, exc)
-                continue
-            if parts.uploads is not m.parts.uploads:
-                if m.parts.uploads is not None:
-                    m.parts.uploads.stop()
-                start_uploads(parts, m.state)
-            if parts.schedule is not m.parts.schedule and m.target is not None:
-                parts.schedule.begin()
-            m.parts = parts
-
-    def _replan(self) -> None:
-        for m in self.members.values():
-            m.planned = None
+@dataclass(frozen=True, slots=True)
+class FleetReport:
+    since: datetime | None
+    until: datetime | None
+    first: datetime | None
+    last: datetime | None
+    fleet: Row
+    deployments: tuple[Row, ...]  # key: (host, deployment, model, fingerprint)
+    hosts: tuple[Row, ...]  # key: (host,)
+    frames: dict[tuple[str, str], list[tuple[str, float]]]  # (role, phase) -> top leaf frames
+    stacks: tuple[int, int]  # snapshots with stacks.parquet, of all
+    outliers: Outliers
+    took_s: float
 
 
-def _host_only(config: Config) -> Store:
-    """The fleet daemon's own `store`: it writes nothing; each deployment has a store."""
-    return _NoStore(Path(config.output.dir) / socket.gethostname())
+def aggregate(
+    fleet: Fleet, since: datetime | None, until: datetime | None, note: Note
+) -> FleetReport:
+    started = time.perf_counter()
+    con = fleet.connect()
+    where = _where(since, until)
+    con.execute(f"CREATE TEMP VIEW picked AS SELECT * FROM snapshots {where}")
+    count = _one(con, "SELECT count(*) FROM picked")
+    if not count:
+        raise InputError(
+            f"no snapshots from {_range_words(since, until)} in the sources ({fleet.table.num_rows}"
+            " in all): widen --since/--until"
+        )
+    first, last = con.execute("SELECT min(time), max(time) FROM picked").fetchone() or (None, None)
+    deployments = _rows(con, ["host", "coalesce(deployment, '?')", "coalesce(model, '?')",
+                              "fingerprint"])  # fmt: skip
+    hosts = _rows(con, ["host"])
+    whole = _rows(con, [])[0]
+    picked = con.execute("SELECT host, name FROM picked").fetchall()
+    frames, with_stacks = _frames(con, fleet, [(h, n) for h, n in picked])
+    outliers = find_outliers(_groups(con, fleet, note))
+    return FleetReport(since, until, _utc(first), _utc(last), whole, tuple(deployments),
+                       tuple(hosts), frames, (with_stacks, len(picked)), outliers,
+                       time.perf_counter() - started)  # fmt: skip
 
 
-class _NoStore:
-    """A Store that holds nothing: the fleet's snapshots go to each deployment's store."""
+def _where(since: datetime | None, until: datetime | None) -> str:
+    terms = []
+    if since is not None:
+        terms.append(f"time >= TIMESTAMPTZ '{since.isoformat()}'")
+    if until is not None:
+        terms.append(f"time < TIMESTAMPTZ '{until.isoformat()}'")
+    return ("WHERE " + " AND ".join(terms)) if terms else ""
 
-    disk_state = DiskState.OK
-    free_bytes = snapshots_written = writes_skipped = deleted_total = total_bytes_used = 0
 
-    def __init__(self, folder: Path) -> None:
-        self.host, self.dir = folder.name, folder
+def _one(con: duckdb.DuckDBPyConnection, sql: str) -> Any:
+    got = con.execute(sql).fetchone()
+    return got[0] if got else None
 
-    def write(self, snapshot: Any, kind: str) -> WriteOutcome:
-        raise AssertionError("the fleet daemon writes to its deployments' stores")
 
-    def record_gap(self, start_wall: float, end_wall: float | None, reason: str) -> None:
-        pass
+def _columns(con: duckdb.DuckDBPyConnection) -> set[str]:
+    return {r[0] for r in con.execute("DESCRIBE picked").fetchall()}
 
-    def cleanup_temp(self) -> tuple[str, ...]:
-        return ()
 
-    def snapshots(self) -> tuple[StoredSnapshot, ...]:
-        return ()
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
-    def set_hold(self, held: Callable[[str], bool] | None) -> None:
-        pass
+
+def _rows(con: duckdb.DuckDBPyConnection, keys: list[str]) -> list[Row]:
+    """The figures grouped by `keys` (SQL expressions); shares as ratios of sums."""
+    have = _columns(con)
+    pairs = [(r, p) for r in ROLES for p in PHASES
+             if f"share.{r}.{p}" in have and f"{ROLE_SAMPLES}.{r}" in have]  # fmt: skip
+    roles = [r for r in ROLES if f"{ROLE_SAMPLES}.{r}" in have]
+    sums = [f"sum({_q(f'{ROLE_SAMPLES}.{r}')})" for r in roles]
+    sums += [f"sum({_q(f'share.{r}.{p}')} * {_q(f'{ROLE_SAMPLES}.{r}')})" for r, p in pairs]
+    figures = [
+        "sum(generation_tokens_per_s * duration_s) / nullif(sum(CASE WHEN "
+        "generation_tokens_per_s IS NOT NULL THEN duration_s END), 0)",
+        "sum(prompt_tokens_per_s * duration_s) / nullif(sum(CASE WHEN "
+        "prompt_tokens_per_s IS NOT NULL THEN duration_s END), 0)",
+        "avg(ttft_mean_s)", "avg(ttft_p95_s)", "avg(kv_cache_usage)",
+    ]  # fmt: skip
+    select = [*keys, "count(*)", "sum(samples)", "sum(duration_s)", *figures, *sums]
+    group = f" GROUP BY {', '.join(keys)} ORDER BY {', '.join(keys)}" if keys else ""
+    out = []
+    for got in con.execute(f"SELECT {', '.join(select)} FROM picked{group}").fetchall():
+        k = len(keys)
+        n = dict(zip(roles, got[k + 8 : k + 8 + len(roles)], strict=True))
+        shares: dict[str, dict[str, float]] = defaultdict(dict)
+        for (r, p), v in zip(pairs, got[k + 8 + len(roles) :], strict=True):
+            if v and n.get(r):
+                shares[r][p] = v / n[r]
+        names = ("generation_tokens_per_s", "prompt_tokens_per_s", "ttft_mean_s", "ttft_p95_s",
+                 "kv_cache_usage")  # fmt: skip
+        readings = dict(zip(names, got[k + 3 : k + 8], strict=True))
+        out.append(Row(tuple(str(x) for x in got[:k]), int(got[k]), float(got[k + 1] or 0),
+                       float(got[k + 2] or 0), {r: float(v or 0) for r, v in n.items()},
+                       dict(shares), readings))  # fmt: skip
+    return out
+
+
+def _frames(
+    con: duckdb.DuckDBPyConnection, fleet: Fleet, picked: list[tuple[str, str]]
+) -> tuple[dict[tuple[str, str], list[tuple[str, float]]], int]:
+    """The leaf frames that hold the most samples in each role x phase, over the stacks of the
+    picked snapshots, as a share of the phase's samples."""
+    files = [f.stacks for k in picked if (f := fleet.folders.get(k)) and f.stacks]
+    if not files:
+        return {}, 0
+    listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+    sql = f"""
+        WITH s AS (SELECT role, phase, frame, sum(weight) AS w
+                   FROM read_parquet([{listed}], union_by_name = true)
+                   GROUP BY role, phase, frame),
+             t AS (SELECT *, w / sum(w) OVER (PARTITION BY role, phase) AS share,
+                          row_number() OVER (PARTITION BY role, phase ORDER BY w DESC, frame)
+                          AS rank FROM s)
+        SELECT role, phase, frame, share FROM t WHERE rank <= {TOP_FRAMES}
+        ORDER BY role, phase, rank"""
+    try:
+        got = con.execute(sql).fetchall()
+    except duckdb.Error as exc:
+        why = str(exc).splitlines()[0]  # DuckDB's next lines quote the query
+        raise InputError(f"cannot read the stacks ({why}): remove or re-upload the file it "
+                         "names, or narrow the range") from None  # fmt: skip
+    out: dict[tuple[str, str], list[tuple[str, float]]] = defaultdict(list)
+    for role, phase, frame, share in got:
+        out[(str(role), str(phase))].append((str(frame), float(share)))
+    return dict(out), len(files)
+
+
+def _groups(
+    con: duckdb.DuckDBPyConnection, fleet: Fleet, note: Note
+) -> dict[Group, dict[Key, list[SnapshotSummary]]]:
+    """(model, fingerprint) -> (host, deployment) -> its summaries, read only for groups with
+    two deployments or more (the only ones compared)."""
+    rows = con.execute("SELECT coalesce(model, '?'), fingerprint, host, coalesce(deployment, "
+                       "'?'), name FROM picked ORDER BY time, name").fetchall()  # fmt: skip
+    members: dict[Group, set[Key]] = defaultdict(set)
+    for model, fp, host, dep, _ in rows:
+        members[(model, fp or "")].add((host, dep))
+    wanted = [(h, n) for m, fp, h, d, n in rows if fp and len(members[(m, fp)]) >= 2]
+    summaries = fleet.summaries(wanted, note)
+    out: dict[Group, dict[Key, list[SnapshotSummary]]] = {
+        g: {k: [] for k in ks} for g, ks in members.items()
+    }
+    for model, fp, host, dep, name in rows:
+        if (s := summaries.get((host, name))) is not None:
+            out[(model, fp or "")][(host, dep)].append(s)
+    # Kept: every deployment of a group not compared (it is named as such); of the others,
+    # those with a summary that could be read.
+    return {g: {k: v for k, v in d.items() if v or not g[1] or len(d) < 2}
+            for g, d in out.items()}  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------- output
+
+
+def render_text(r: FleetReport) -> str:
+    f = r.fleet
+    span = _range_words(r.first, r.last, to=True)
+    out = [f"[Fleet] {len(r.hosts)} hosts, {len(r.deployments)} deployments, {f.windows} "
+           f"snapshots from {span}; {f.samples:,.0f} samples."]  # fmt: skip
+    out += _outlier_lines(r.outliers)
+    out += ["", "[Fleet] Phase shares per role (pooled: each phase's samples over the role's):"]
+    roles = [x for x in ROLES if f.role_samples.get(x)]
+    shown = [p for p in PHASES if any(f.shares.get(x, {}).get(p, 0) >= 0.005 for x in roles)]
+    out.append(table(["phase", *roles], [[p, *(_pct(f.shares.get(x, {}).get(p)) for x in roles)]
+                                         for p in shown]))  # fmt: skip
+    out.append(f"samples: {', '.join(f'{x} {f.role_samples[x]:,.0f}' for x in roles)}")
+    top = _top_phases(f)
+    heads = ["windows", "samples", *(f"{x} {p}" for x, p in top), "gen tok/s", "prompt tok/s",
+             "TTFT mean", "TTFT p95", "KV usage"]  # fmt: skip
+    flagged = {(o.host, o.deployment) for o in r.outliers.outliers}
+    out += ["", "[Fleet] Deployments:"]
+    out.append(table(["host", "deployment", "model", "fingerprint", *heads, ""],
+                     [[*d.key, *_cells(d, top), "outlier" if d.key[:2] in flagged else ""]
+                      for d in r.deployments]))  # fmt: skip
+    out += ["", "[Fleet] Hosts:"]
+    out.append(table(["host", *heads], [[*h.key, *_cells(h, top)] for h in r.hosts]))
+    with_stacks, of = r.stacks
+    out += ["", f"[Fleet] Top frames per phase ({with_stacks} of {of} snapshots have "
+            "stacks.parquet; share of the phase's samples):"]  # fmt: skip
+    rows = [[x, p, frame, _pct(share)] for x, p in top for frame, share in r.frames.get((x, p), [])]
+    out.append(table(["role", "phase", "frame", "share"], rows) if rows else "(no stacks)")
+    return "\n".join(out)
+
+
+def _outlier_lines(o: Outliers) -> list[str]:
+    level = f"family-wise {100 * (1 - o.alpha):.0f} %, m = {o.tested} tests in {o.rounds} rounds"
+    lines = []
+    if not o.outliers:
+        lines.append(f"[Fleet] No outlier: no deployment differs significantly from the rest of "
+                     f"its model and fingerprint ({level}).")  # fmt: skip
+    for x in o.outliers:
+        picked = [c for kind in ("share", "serving", "cost", "cores")
+                  for c in [c for c in x.changes if c.kind == kind][:2]][:5]  # fmt: skip
+        whom = "the other deployment" if x.pair else f"the other {x.against} deployments"
+        more = len(x.changes) - len(picked)
+        lines.append(f"[Fleet] Outlier: {x.host} {x.deployment} against {whom} of {x.group[0]} "
+                     f"(fingerprint {x.group[1]}): " + "; ".join(change_words(c) for c in picked)
+                     + (f" (and {more} more)" if more else "") + ".")  # fmt: skip
+        if x.workload:
+            lines.append(f"        its workload differs: {x.workload}")
+        if x.pair:
+            lines.append(
+                "        one of two that differ: a third deployment would tell which is odd"
+            )
+    if o.outliers:
+        lines.append(f"[Fleet] ({level}.)")
+    if o.alone:
+        lines.append("[Fleet] Alone with their model and fingerprint (not compared): "
+                     + ", ".join(f"{h} {d}" for h, d in o.alone))  # fmt: skip
+    if o.unknown:
+        lines.append("[Fleet] No fingerprint (summaries before schema 3; not compared): "
+                     + ", ".join(f"{h} {d}" for h, d in o.unknown))  # fmt: skip
+    return lines
+
+
+def _top_phases(f: Row) -> list[tuple[str, str]]:
+    """Each role's largest busy phase, and the worker's two: the columns of the tables."""
+    out = []
+    for role, n in (("worker", 2), ("engine_core", 1), ("api_server", 1)):
+        ranked = sorted(((s, p) for p, s in f.shares.get(role, {}).items() if p != "idle"),
+                        reverse=True)  # fmt: skip
+        out += [(role, p) for _, p in ranked[:n]]
+    return out
+
+
+def _cells(r: Row, top: list[tuple[str, str]]) -> list[str]:
+    g = r.figures
+    return [str(r.windows), f"{r.samples:,.0f}",
+            *(_pct(r.shares.get(x, {}).get(p)) for x, p in top),
+            _num(g["generation_tokens_per_s"], "{:.1f}"), _num(g["prompt_tokens_per_s"], "{:.1f}"),
+            _num(g["ttft_mean_s"], "{:.3f} s"), _num(g["ttft_p95_s"], "{:.3f} s"),
+            _pct(g["kv_cache_usage"])]  # fmt: skip
+
+
+def to_json(r: FleetReport) -> dict[str, Any]:
+    def row(x: Row, names: tuple[str, ...]) -> dict[str, Any]:
+        return {**dict(zip(names, x.key, strict=True)), "windows": x.windows,
+                "samples": x.samples, "seconds": _clean(x.seconds),
+                "role_samples": x.role_samples,
+                "shares": {k: {p: _clean(v) for p, v in s.items()} for k, s in x.shares.items()},
+                **{k: _clean(v) for k, v in x.figures.items()}}  # fmt: skip
+
+    o = r.outliers
+    return {
+        "since": _iso(r.since), "until": _iso(r.until), "first": _iso(r.first),
+        "last": _iso(r.last),
+        "fleet": row(r.fleet, ()),
+        "deployments": [row(d, ("host", "deployment", "model", "fingerprint"))
+                        for d in r.deployments],
+        "hosts": [row(h, ("host",)) for h in r.hosts],
+        "outliers": [{"host": x.host, "deployment": x.deployment, "model": x.group[0],
+                      "fingerprint": x.group[1], "against": x.against, "pair": x.pair,
+                      "workload_differs": x.workload,
+                      "changes": [{"kind": c.kind, "role": c.role, "name": c.name,
+                                   "rest": _clean(c.a), "deployment": _clean(c.b),
+                                   "scale": c.scale, "change": _clean(c.change),
+                                   "low": _clean(c.low), "high": _clean(c.high),
+                                   "p_adjusted": c.p_adjusted, "words": change_words(c)}
+                                  for c in x.changes]}
+                     for x in o.outliers],
+        "alone": [list(k) for k in o.alone],
+        "unknown_fingerprint": [list(k) for k in o.unknown],
+        "method": {"alpha": o.alpha, "tested": o.tested, "rounds": o.rounds,
+                   "test": "each deployment against the pooled rest of its model and "
+                           "fingerprint (diff's statistics), in rounds; Bonferroni over all"},
+        "frames": [{"role": k[0], "phase": k[1], "frame": fr, "share": _clean(s)}
+                   for k, v in r.frames.items() for fr, s in v],
+        "stacks": {"snapshots_with_stacks": r.stacks[0], "snapshots": r.stacks[1]},
+        "took_s": round(r.took_s, 3),
+    }  # fmt: skip
+
+
+def _utc(value: Any) -> datetime | None:
+    if not isinstance(value, datetime):
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _range_words(since: datetime | None, until: datetime | None, to: bool = False) -> str:
+    def w(t: datetime | None) -> str:
+        return "…" if t is None else t.strftime("%Y-%m-%d %H:%M")
+
+    if since is None and until is None and not to:
+        return "any time"
+    return f"{w(since)} to {w(until)}"
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.1f}%"
+
+
+def _num(v: float | None, fmt: str) -> str:
+    return "-" if v is None or not math.isfinite(v) else fmt.format(v)
+
+
+def _clean(v: float | None) -> float | None:
+    return None if v is None or not math.isfinite(v) else round(v, 6)

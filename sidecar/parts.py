@@ -130,7 +130,7 @@ class Builders:
     gpu: Callable[[bool], NvmlReader | None] = open_gpu_reader
     metrics: Callable[[str, float], MetricsSource] = HttpMetricsSource  # a configured URL
     uploads: Callable[[Config, Store], UploadThread | None] = open_uploader
-    # A fleet daemon's store of one deployment (sidecar/fleet.py): OUT/<host>/<deployment>/.
+    # A fleet daemon's store of one deployment (sidecar/multi_target.py): OUT/<host>/<deployment>/.
     deployment_store: Callable[[Config, str], Store] = open_deployment_store
 
 

@@ -143,7 +143,7 @@ class SnapshotStore:
         clock: Callable[[], float] = time.time,
         deployment: str | None = None,
     ) -> None:
-        """`deployment`: one of several vLLM servers on the host (sidecar/fleet.py); its
+        """`deployment`: one of several vLLM servers on the host (sidecar/multi_target.py); its
         folders go under `root/<host>/<deployment>/`, a folder every reader takes as it takes
         a host folder. None: `root/<host>/`, as a daemon with one target has always written."""
         self.root = Path(root)

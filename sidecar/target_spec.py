@@ -1,4 +1,4 @@
-"""`targets:` in the config: the vLLM servers one daemon follows together (sidecar/fleet.py).
+"""`targets:` in the config: the vLLM servers one daemon follows together (sidecar/multi_target.py).
 A list in the file only, like `custom_metrics`; validated once on load into frozen specs, each
 error naming the entry, the key and the fix. Without it, `target:` names one server, as always.
 

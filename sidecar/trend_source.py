@@ -133,7 +133,7 @@ def _is_host_folder(folder: Path) -> bool:
 
 def _hosts(out: Path) -> list[str]:
     """The host folders under OUT: `<host>`, or `<host>/<deployment>` for each deployment of a
-    daemon with several targets (sidecar/fleet.py writes OUT/<host>/<deployment>/)."""
+    daemon with several targets (sidecar/multi_target.py writes OUT/<host>/<deployment>/)."""
     found: list[str] = []
     with os.scandir(out) as entries:
         for e in entries:

@@ -32,6 +32,8 @@ HELP: Mapping[str, tuple[str, str]] = {
     "sampling_errors": ("counter", "Failed samples in all snapshots since the sidecar started."),
     "sampling_rate_hz": ("gauge", "Achieved sampling rate of the latest snapshot."),
     "sampler_cpu_share": ("gauge", "py-spy CPU time over window length, latest snapshot."),
+    "sampler_cpu_budget_ratio": ("gauge", "The CPU budget the rate adapts to (sampling.cpu_budget, "
+                                 "a share of one core); absent when off."),
     "sampling_behind_seconds": ("gauge", "How far py-spy fell behind its schedule."),
     "stage_samples": ("gauge", "Model-step samples per stage (prefill, decode, unknown)."),
     "gpu_memory_used_bytes": ("gauge", "Device memory in use (NVML)."),
@@ -49,7 +51,13 @@ HELP: Mapping[str, tuple[str, str]] = {
     "serving_generation_tokens_per_second": ("gauge", "Generated tokens per second."),
     "serving_prefill_seconds_mean": ("gauge", "Mean prefill time per request over the window."),
     "serving_decode_seconds_mean": ("gauge", "Mean decode time per request over the window."),
-    "serving_ttft_seconds": ("gauge", "Time to first token over the window, by quantile."),
+    # Window quantiles, one gauge each: a `quantile` label is reserved for summaries and
+    # `promtool check metrics` rejects it on a gauge. Earlier builds exported
+    # serving_ttft_seconds{quantile="0.5"|"0.95"} (README: "Prometheus and Grafana").
+    "serving_ttft_p50_seconds": ("gauge", "Median time to first token over the window."),
+    "serving_ttft_p95_seconds": ("gauge", "95th percentile time to first token, window."),
+    "serving_itl_p50_seconds": ("gauge", "Median inter-token latency over the window."),
+    "serving_itl_p95_seconds": ("gauge", "95th percentile inter-token latency, window."),
     "custom": ("gauge", "A custom metric (config custom_metrics) over the window: a rate per "
                "second, a mean or a last value, as `kind` says; absent when not measured."),
     "last_snapshot_timestamp_seconds": ("gauge", "When the last snapshot of this kind was done."),
@@ -85,6 +93,10 @@ SERVING = (
     ("serving_generation_tokens_per_second", "generation_tokens_per_s"),
     ("serving_prefill_seconds_mean", "prefill_time_mean_s"),
     ("serving_decode_seconds_mean", "decode_time_mean_s"),
+    ("serving_ttft_p50_seconds", "ttft_p50_s"),
+    ("serving_ttft_p95_seconds", "ttft_p95_s"),
+    ("serving_itl_p50_seconds", "itl_p50_s"),
+    ("serving_itl_p95_seconds", "itl_p95_s"),
 )
 GPU_FIELDS = (
     ("gpu_memory_used_bytes", "memory_used_bytes", 1.0),
@@ -140,8 +152,11 @@ class SidecarCollector:
 
     def collect(self) -> Iterator[Metric]:
         out = _Families()
-        out.add("build_info", {"host": self.state.host, "version": __version__}, 1)
         states = self.state.states() if isinstance(self.state, ExporterGroup) else (self.state,)
+        for state in states:
+            # One per deployment (and the daemon's own, `deployment=""`): the dashboard's
+            # deployment selector lists `label_values(vllm_sidecar_build_info, deployment)`.
+            out.add("build_info", {"host": state.host, **state.labels, "version": __version__}, 1)
         for state in states:
             _add_state(out, state)
         yield from out
@@ -160,6 +175,7 @@ def _add_state(out: _Families, state: ExporterState) -> None:
     out.add("sampling_errors", host, view.errors_total)
     if view.summary is not None:
         _add_summary(out, view.summary, target, host)
+        out.add("sampler_cpu_budget_ratio", target, view.cpu_budget)
         _add_findings(out, view, target)
     _add_marks(out, view.marks, host, now)
     _add_daemon(out, view, host)
@@ -225,8 +241,6 @@ def _add_serving(
 ) -> None:
     for name, key in SERVING:
         out.add(name, target, getattr(serving, key))
-    for quantile, value in (("0.5", serving.ttft_p50_s), ("0.95", serving.ttft_p95_s)):
-        out.add("serving_ttft_seconds", {**target, "quantile": quantile}, value)
     if kv:
         out.add("kv_cache_bytes", target, kv.bytes)
         if kv.share_of:

@@ -52,6 +52,7 @@ class ExporterView:
 
     summary: SnapshotSummary | None = None
     findings: tuple[Finding, ...] = ()  # the latest snapshot's (configs/advice.yaml)
+    cpu_budget: float | None = None  # the sampler's CPU budget then; None: off (fixed rate)
     root_pid: int | None = None
     samples_total: int = 0
     errors_total: int = 0
@@ -77,7 +78,7 @@ class ExporterState:
         labels: Mapping[str, str] | None = None,
     ) -> None:
         """`labels`: what every series of this state carries besides `host`; a fleet daemon
-        gives each deployment its `deployment`, `model` and `port` (sidecar/fleet.py)."""
+        gives each deployment its `deployment`, `model` and `port` (sidecar/multi_target.py)."""
         self.host = host or socket.gethostname()
         self.clock = clock
         self.labels: dict[str, str] = dict(labels or {})
@@ -97,6 +98,7 @@ class ExporterState:
         kind: str,
         written_path: str | None,
         findings: tuple[Finding, ...] = (),
+        cpu_budget: float | None = None,
     ) -> None:
         root_pid = summary.target.root_pid
         mark = SnapshotMark(kind, self.clock(), written_path)
@@ -106,6 +108,7 @@ class ExporterState:
                 v,
                 summary=summary,
                 findings=findings,
+                cpu_budget=cpu_budget,
                 root_pid=root_pid if root_pid is not None else v.root_pid,
                 samples_total=v.samples_total + summary.sampling.samples,
                 errors_total=v.errors_total + summary.sampling.errors,

@@ -1,4 +1,4 @@
-"""One daemon, several real vLLM CPU servers on this host (sidecar/fleet.py): it profiles both,
+"""One daemon, several real vLLM CPU servers on this host (sidecar/multi_target.py): it profiles both,
 one stops and a third starts, the others lose nothing, and the exporter tells them apart.
 
 The daemon runs as operators run it (the console script, a config with `targets:`), signalled

@@ -1,4 +1,4 @@
-"""The fleet daemon (sidecar/fleet.py) driven through its seams with a fake clock: several
+"""The fleet daemon (sidecar/multi_target.py) driven through its seams with a fake clock: several
 servers on one host, each its own deployment (store, schedule, exporter series); servers that
 go, come back and appear; windows in turn. No processes, no sockets, no real sleep.
 
@@ -22,7 +22,7 @@ from sidecar.config import Config, load_config
 from sidecar.discovery import Deployment, deployment_id, find_all
 from sidecar.errors import AttachError, ConfigError
 from sidecar.exporter import SidecarCollector
-from sidecar.fleet import RESCAN_S, FleetDaemon
+from sidecar.multi_target import RESCAN_S, MultiTargetDaemon
 from sidecar.parts import WindowResult
 from sidecar.procfs import ProcFs
 from sidecar.records import ProcessInfo, Role
@@ -71,7 +71,7 @@ class Host:
         self.running: dict[tuple[int, int], Deployment] = {}
         self.windows: list[Ran] = []
         self.stores: dict[str, FakeStore] = {}
-        self.daemon: FleetDaemon | None = None
+        self.daemon: MultiTargetDaemon | None = None
 
     def start(self, d: Deployment) -> None:
         self.running[d.root.key] = d
@@ -122,11 +122,11 @@ class Collector:
         return WindowResult(snapshot)
 
 
-def fleet(host: Host, config: Config = FLEET, **kw: Any) -> FleetDaemon:
+def fleet(host: Host, config: Config = FLEET, **kw: Any) -> MultiTargetDaemon:
     def store(config: Config, name: str) -> FakeStore:
         return host.stores.setdefault(name, FakeStore())
 
-    d = FleetDaemon(
+    d = MultiTargetDaemon(
         config,
         environ={},
         clock=host.time.clock,
@@ -142,7 +142,7 @@ def fleet(host: Host, config: Config = FLEET, **kw: Any) -> FleetDaemon:
     return d
 
 
-def samples(d: FleetDaemon, name: str) -> list[tuple[dict[str, str], float]]:
+def samples(d: MultiTargetDaemon, name: str) -> list[tuple[dict[str, str], float]]:
     families = {m.name: m for m in SidecarCollector(d.group).collect()}
     family = families.get(name)
     return [(s.labels, s.value) for s in family.samples] if family else []
@@ -286,8 +286,9 @@ def test_the_daemon_series_have_the_deployment_labels_too() -> None:
     for family in SidecarCollector(d.group).collect():
         names = {tuple(sorted(s.labels)) for s in family.samples}
         assert len(names) == 1, (family.name, names)
-        if family.name != "vllm_sidecar_build_info":
-            assert "deployment" in next(iter(names)), family.name
+        assert "deployment" in next(iter(names)), family.name
+    info = {labels["deployment"] for labels, _ in samples(d, "vllm_sidecar_build_info")}
+    assert info == {"", "m@8000"}  # the dashboard's deployment selector lists these
 
 
 # ---------------------------------------------------------------- names, config, folders
@@ -394,7 +395,7 @@ def test_each_deployment_reads_its_own_metrics_url_with_its_own_controller() -> 
 
     make = builders(FakeStore(), deployment_store=store, py_spy=lambda path: RecordedRunner(),
                     metrics=UrlSource)  # fmt: skip
-    d = FleetDaemon(FLEET, environ={}, clock=host.time.clock, wall_clock=host.time.wall,
+    d = MultiTargetDaemon(FLEET, environ={}, clock=host.time.clock, wall_clock=host.time.wall,
                     wait=host.wait, builders=make, find_all_targets=host.find_all,
                     alive=host.alive)  # fmt: skip
     host.daemon = d
@@ -421,7 +422,7 @@ def test_a_reload_gives_every_deployment_the_new_schedule_and_keeps_its_store(
         made.append(name)
         return host.stores.setdefault(name, FakeStore())
 
-    d = FleetDaemon(load_config(path, {}), config_path=path, environ={}, clock=host.time.clock,
+    d = MultiTargetDaemon(load_config(path, {}), config_path=path, environ={}, clock=host.time.clock,
                     wall_clock=host.time.wall, wait=host.wait,
                     builders=builders(FakeStore(), deployment_store=store),
                     find_all_targets=host.find_all, alive=host.alive,
