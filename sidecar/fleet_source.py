@@ -33,7 +33,7 @@ from fsspec.spec import AbstractFileSystem
 
 from sidecar.errors import ConfigError, InputError
 from sidecar.records.summary import SnapshotSummary
-from sidecar.store import SNAPSHOT_NAME
+from sidecar.store import INDEX_NAME, SNAPSHOT_NAME
 from sidecar.summary_io import SUMMARY_NAME, parse_summary, read_summary
 from sidecar.trend_source import host_folders, load_table, snapshot_folders
 from sidecar.trend_table import (
@@ -140,10 +140,22 @@ def load_fleet(sources: Sequence[str], note: Note) -> Fleet:
 
 def local_host_folders(source: Path) -> list[tuple[str, Path]]:
     """(host, folder with snapshot folders) under SOURCE: SOURCE itself when it is a host
-    folder, else each host folder under it."""
+    folder, else each host folder under it. A daemon with `targets:` writes one folder per
+    deployment, OUT/<host>/<deployment>/; its index.json names the host."""
     if not source.exists():
         raise InputError(f"{source} does not exist: {SOURCE_HELP}")
-    return [(folder.name, folder) for folder in host_folders(source, None)]
+    return [(_indexed_host(folder) or folder.name, folder) for folder in host_folders(source, None)]
+
+
+def _indexed_host(folder: Path) -> str | None:
+    """The host the store's index.json names, when it names one beside a deployment."""
+    try:
+        doc = json.loads((folder / INDEX_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+    if isinstance(doc, dict) and doc.get("deployment") and isinstance(doc.get("host"), str):
+        return str(doc["host"])
+    return None
 
 
 def _local(source: Path, note: Note) -> tuple[pa.Table, list[Folder]]:

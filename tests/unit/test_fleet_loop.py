@@ -485,3 +485,19 @@ def test_doctor_checks_each_server_of_targets(tmp_path: Path) -> None:
     assert checks["target opt-125m@8000"].status is Status.OK
     assert checks["target qwen2.5-0.5b@8001"].status is Status.OK
     assert checks["target"].status is Status.WARN and "later.pid" in checks["target"].detail
+
+
+def test_aggregate_takes_the_host_of_a_deployment_folder_from_its_index(tmp_path: Path) -> None:
+    """`aggregate OUT` over a multi-target daemon's OUT/<host>/<deployment>/ folders: the host
+    is the index's, not the deployment folder's name; an old OUT/<host>/ reads as before."""
+    import json
+
+    from sidecar.fleet_source import local_host_folders
+
+    for folder, index in (("h/m@8000", {"host": "h", "deployment": "m@8000"}),
+                          ("old", {"host": "old"})):  # fmt: skip
+        os.makedirs(tmp_path / folder / "20260101T000000Z")
+        (tmp_path / folder / "index.json").write_text(json.dumps({"schema": 1, **index}))
+    assert local_host_folders(tmp_path) == [("h", tmp_path / "h" / "m@8000"),
+                                            ("old", tmp_path / "old")]  # fmt: skip
+    assert local_host_folders(tmp_path / "h") == [("h", tmp_path / "h" / "m@8000")]
