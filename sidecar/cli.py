@@ -449,14 +449,14 @@ def trend(out: Path, host: str | None, since: str, until: str | None, kind: str,
     import time as _time
 
     from sidecar.trend import TrendOptions, compute_trend, render_text, trend_json
-    from sidecar.trend_source import host_folder, load_table
+    from sidecar.trend_source import folder_label, host_folder, load_table
 
     end = _when(until, "--until", now=_time.time()) if until else None
     start = _when(since, "--since", now=end.timestamp() if end else _time.time())
     folder = host_folder(out, host)
     table = load_table(folder, note=lambda line: click.echo(line, err=True))
     options = TrendOptions(start=start, end=end, kind=kind, series=series)
-    result = compute_trend(table.to_pandas(), options, host=folder.name)
+    result = compute_trend(table.to_pandas(), options, host=folder_label(folder))
     if plot is not None:
         from sidecar.trend_plot import save_png, trend_figure
 

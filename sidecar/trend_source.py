@@ -9,6 +9,7 @@ warning that names it: the rest of the trend stands.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable
@@ -62,6 +63,18 @@ def host_folders(out: Path, host: str | None) -> list[Path]:
     if not hosts:
         host_folder(out, None)  # raises: it says what to point at
     return [out / h for h in hosts]
+
+
+def folder_label(host_dir: Path) -> str:
+    """What a host folder is called in a report: its name, or `<host>/<deployment>` for a
+    deployment folder of a daemon with `targets:` (its index.json names both)."""
+    try:
+        doc = json.loads((host_dir / INDEX_NAME).read_text())
+    except (OSError, ValueError):
+        return host_dir.name
+    if isinstance(doc, dict) and doc.get("deployment") and doc.get("host"):
+        return f"{doc['host']}/{doc['deployment']}"
+    return host_dir.name
 
 
 def snapshot_folders(host_dir: Path) -> set[str]:

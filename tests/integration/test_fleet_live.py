@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from devtools.server import VllmServer, free_port
+from sidecar.cli import main
 from sidecar.store import SNAPSHOT_NAME
 from sidecar.trend_source import host_folders
 
@@ -90,7 +91,9 @@ def gauge(metrics: str, name: str, deployment: str) -> list[float]:
     return [float(v) for v in re.findall(pattern, metrics, re.M)]
 
 
-def test_one_daemon_follows_two_servers_then_a_third(tmp_path: Path, fleets: list[Fleet]) -> None:
+def test_one_daemon_follows_two_servers_then_a_third(
+    tmp_path: Path, fleets: list[Fleet], capsys: pytest.CaptureFixture[str]
+) -> None:
     with VllmServer(log_path=tmp_path / "a.log") as a:
         with VllmServer(log_path=tmp_path / "b.log") as b:
             fleet = Fleet(tmp_path)  # after both are up: the wait at start is not under test
@@ -135,3 +138,10 @@ def test_one_daemon_follows_two_servers_then_a_third(tmp_path: Path, fleets: lis
     assert shares, after
     # The readers take each deployment folder as they take a host folder.
     assert {p.name for p in host_folders(fleet.out, None)} >= {ta, tb, tc}
+    host = socket.gethostname()
+    assert main(["trend", str(fleet.out), "--host", f"{host}/{ta}", "--format", "json"]) == 0
+    trend = json.loads(capsys.readouterr().out)
+    assert trend["host"] == f"{host}/{ta}" and trend["rows"] == len(fleet.snapshots(a))
+    assert main(["aggregate", str(fleet.out), "--format", "json"]) == 0
+    report = capsys.readouterr().out
+    assert all(name in report for name in (ta, tb, tc)) and f'"{host}"' in report
