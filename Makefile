@@ -32,7 +32,7 @@ integration: vllm-env
 	$(BIN)/pytest tests/integration -q -m integration
 
 test: vllm-env lint browser prometheus
-	$(BIN)/pytest tests -q -rs
+	$(BIN)/pytest tests -q -rsfE
 
 # Headless Chromium renders the flame graphs in the tests (Debian's package); where it cannot be
 # installed (not root, no apt) those tests skip and say so.

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from devtools.server import VllmServer
+from sidecar.pyspy import SubprocessPySpy
 
 REPO = Path(__file__).resolve().parent.parent
 _CLI = "import sys; from sidecar.cli import main; sys.exit(main())"
@@ -50,22 +51,47 @@ def cli(*args: str, timeout_s: float = 300.0) -> subprocess.CompletedProcess[str
             where = _dump(proc.pid)
             proc.kill()
             out, err = proc.communicate()
+            # CI shows the tail of a failed run: what it was doing and what else was busy go last.
             raise SnapshotTimeout(
                 f"`vllm-sidecar {' '.join(args)}` ran over {timeout_s:.0f} s. Its stderr:\n"
-                f"{err[-2000:]}\nWhere it was (py-spy dump):\n{where[-4000:]}"
+                f"{err[-2000:]}\n{where}"
             ) from None
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def _dump(pid: int) -> str:
-    """py-spy's dump of PID and of its children (py-spy itself, if one is running)."""
-    spy = Path(sys.executable).with_name("py-spy")
-    done = subprocess.run([str(spy), "dump", "--nonblocking", "--subprocesses", "--pid",
-                           str(pid)], capture_output=True, text=True, timeout=60,
-                          check=False)  # fmt: skip
-    children = subprocess.run(["ps", "--ppid", str(pid), "-o", "pid,stat,etimes,args"],
-                              capture_output=True, text=True, check=False)  # fmt: skip
-    return f"{done.stdout}{done.stderr}\nits children:\n{children.stdout}"
+    """Where PID was (py-spy's dump, the sidecar's own `dump`, never pausing it; its main
+    thread's innermost frames), its children (py-spy, when one runs), and the busiest
+    processes of the machine: a starved run and a stuck one read differently."""
+    code, dumped = SubprocessPySpy.find().dump(pid)
+    ps = ["ps", "-o", "pid,ppid,stat,pcpu,etimes,rss,args"]
+    children = subprocess.run([*ps, "--ppid", str(pid)], capture_output=True, text=True,
+                              check=False)  # fmt: skip
+    busiest = subprocess.run(["ps", "-e", *ps[1:], "--sort=-pcpu"], capture_output=True,
+                             text=True, check=False)  # fmt: skip
+    top = "\n".join(line[:160] for line in busiest.stdout.splitlines()[:12])
+    return (
+        f"py-spy dump (exit {code}):\n{dumped[-3000:]}\n"
+        f"its children:\n{children.stdout}\nbusiest processes:\n{top}\n"
+        f"innermost frames of its main thread:\n{_innermost(dumped)}"
+    )
+
+
+def _innermost(dumped: str, count: int = 6) -> str:
+    """The first COUNT frames under py-spy's `Thread ... "MainThread"` line (the first thread
+    when none is named: py-spy names threads only once `threading` is imported)."""
+    lines = dumped.splitlines()
+    heads = [i for i, line in enumerate(lines) if line.startswith("Thread ")]
+    named = [i for i in heads if '"MainThread"' in lines[i]]
+    start = (named or heads or [None])[0]
+    if start is None:
+        return "(no thread in the dump)"
+    frames = []
+    for line in lines[start + 1 :]:
+        if not line.startswith((" ", "\t")):
+            break
+        frames.append(line.strip())
+    return "\n".join(frames[:count])
 
 
 @contextlib.contextmanager

@@ -75,18 +75,15 @@ def role_of(rules: RuleSet, frames: Sequence[Frame], title: str | None) -> Role:
     frames until it retitles itself, so the most specific marker wins (docs/PHASES.md, "Roles").
     """
     named = {title_role(title) if title else None}
-    named.update(r.role for r in rules.roles if _has_marker(r.frames, frames))
+    for frame in frames:
+        named.update(rules.match(frame).roles)
     return next((role for role in MOST_SPECIFIC_FIRST if role in named), Role.OTHER)
-
-
-def _has_marker(specs: Sequence[FrameSpec], frames: Sequence[Frame]) -> bool:
-    return any(spec.matches_frame(frame) for frame in frames for spec in specs)
 
 
 def own_frames(rules: RuleSet, frames: Sequence[Frame]) -> Sequence[Frame]:
     """Drop what a forked child inherited: frames root-ward of the innermost fork boundary."""
     for i, frame in enumerate(frames):
-        if any(spec.matches_frame(frame) for spec in rules.fork_boundaries):
+        if rules.match(frame).fork_boundary:
             return frames[: i + 1]
     return frames
 

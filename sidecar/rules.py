@@ -11,7 +11,7 @@ import hashlib
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from functools import lru_cache
 from pathlib import Path
@@ -100,6 +100,18 @@ class RoleRule:
 
 
 @dataclass(frozen=True, slots=True)
+class FrameMatch:
+    """What one frame (function, file, native; never its line) matches in a rule set."""
+
+    candidates: tuple[tuple[Rule, FrameSpec], ...]  # (rule, spec) pairs, in file order
+    roles: frozenset[Role]  # roles whose stack markers it is
+    fork_boundary: bool
+
+
+_MATCH_MEMO_LIMIT = 65536  # distinct frames; a window holds a few hundred
+
+
+@dataclass(frozen=True, slots=True)
 class RuleSet:
     rules: tuple[Rule, ...]
     roles: tuple[RoleRule, ...]
@@ -107,6 +119,11 @@ class RuleSet:
     source: str
     version: str | None = None  # the file's `version:`
     digest: str | None = None  # sha256 of the file's text: two edits of one version differ
+    # Per instance, never compared or hashed: hashing a rule set walks every rule (about
+    # 160 us for the shipped file), far too slow for a key looked up once per frame.
+    _matches: dict[tuple[str, str, bool], FrameMatch] = field(
+        default_factory=dict, init=False, compare=False, hash=False, repr=False
+    )
 
     @property
     def fingerprint(self) -> str:
@@ -114,19 +131,35 @@ class RuleSet:
         short = f"sha256:{self.digest[:12]}" if self.digest else "no digest"
         return f"{self.version or 'unversioned'} {short}"
 
+    def match(self, frame: Frame) -> FrameMatch:
+        """What FRAME matches: its candidate rules, the roles it marks, whether it is a fork
+        boundary. Memoised per rule set on (function, file, native)."""
+        key = (frame.function, frame.file, frame.native)
+        found = self._matches.get(key)
+        if found is None:
+            if len(self._matches) >= _MATCH_MEMO_LIMIT:
+                self._matches.clear()  # bounded memory: distinct frames only
+            found = self._match(Frame(frame.function, frame.file, None, frame.native))
+            self._matches[key] = found
+        return found
+
     def candidates(self, frame: Frame) -> tuple[tuple[Rule, FrameSpec], ...]:
         """The (rule, spec) pairs whose frame-local part matches, in file order (memoised)."""
-        return _candidates(self, frame.function, frame.file, frame.native)
+        return self.match(frame).candidates
 
-
-@lru_cache(maxsize=65536)
-def _candidates(
-    ruleset: RuleSet, function: str, file: str, native: bool
-) -> tuple[tuple[Rule, FrameSpec], ...]:
-    frame = Frame(function, file, None, native)
-    return tuple(
-        (rule, spec) for rule in ruleset.rules for spec in rule.specs if spec.matches_frame(frame)
-    )
+    def _match(self, frame: Frame) -> FrameMatch:
+        return FrameMatch(
+            candidates=tuple(
+                (rule, spec)
+                for rule in self.rules
+                for spec in rule.specs
+                if spec.matches_frame(frame)
+            ),
+            roles=frozenset(
+                r.role for r in self.roles if any(spec.matches_frame(frame) for spec in r.frames)
+            ),
+            fork_boundary=any(spec.matches_frame(frame) for spec in self.fork_boundaries),
+        )
 
 
 def bare_name(function: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,21 @@ def test_minimal_rules_parse() -> None:
     rules = parse_rules(GOOD)
     assert [r.name for r in rules.rules] == ["sched"]
     assert rules.candidates(Frame("schedule", "vllm/v1/core/sched/scheduler.py"))
+
+
+def test_the_frame_memo_is_per_rule_set_and_never_part_of_its_identity() -> None:
+    """A frame's matches are memoised on the rule set itself (hashing one walks every rule, far
+    too slow for a per-frame key): equality and hash ignore the memo, and a rule set made from
+    another by `replace` starts with its own."""
+    used, fresh = parse_rules(GOOD), parse_rules(GOOD)
+    frame = Frame(
+        "schedule", "/venv/lib/python3.11/site-packages/vllm/v1/core/sched/scheduler.py", 80
+    )
+    assert used.match(frame).candidates
+    assert used == fresh and hash(used) == hash(fresh)
+    assert used.match(replace(frame, line=99)) is used.match(frame)  # the line is not part of it
+    emptied = replace(used, rules=())
+    assert emptied.candidates(frame) == () and used.candidates(frame)
 
 
 @pytest.mark.parametrize(

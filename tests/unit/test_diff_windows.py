@@ -1,0 +1,25 @@
+"""The live diff harness's report on a CLI run that outlived its time: CI shows only the tail of
+a failed run, so the main thread's innermost frames must be there, read from a real dump."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from devtools.diff_windows import _innermost
+
+RECORDED = Path(__file__).parent.parent / "fixtures" / "recorded"
+
+
+def test_innermost_frames_are_the_main_threads_not_the_first_threads() -> None:
+    dumped = (RECORDED / "v0.32.0-cpu-apiserver-dump.txt").read_text()
+    assert _innermost(dumped, count=2).splitlines() == [
+        "Runner.run (asyncio/runners.py:118)",
+        "run (uvloop/__init__.py:92)",
+    ]
+
+
+def test_innermost_frames_of_an_unnamed_thread_and_of_no_dump() -> None:
+    # py-spy names threads only once the target imported `threading`.
+    unnamed = "Process 7: python -c x\n\nThread 7 (active+gil)\n    <module> (<string>:2)\n"
+    assert _innermost(unnamed) == "<module> (<string>:2)"
+    assert _innermost("Error: Failed to find python version") == "(no thread in the dump)"
