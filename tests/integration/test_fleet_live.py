@@ -2,7 +2,8 @@
 one stops and a third starts, the others lose nothing, and the exporter tells them apart.
 
 The daemon runs as operators run it (the console script, a config with `targets:`), signalled
-with real signals. Two servers run at a time at most; every process is stopped at the end.
+with real signals. Two servers run at a time at most (the session's and one of the test's);
+every process the test started is stopped at the end.
 """
 
 from __future__ import annotations
@@ -92,22 +93,27 @@ def gauge(metrics: str, name: str, deployment: str) -> list[float]:
 
 
 def test_one_daemon_follows_two_servers_then_a_third(
-    tmp_path: Path, fleets: list[Fleet], capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    fleets: list[Fleet],
+    capsys: pytest.CaptureFixture[str],
+    vllm_server: VllmServer,
 ) -> None:
-    with VllmServer(log_path=tmp_path / "a.log") as a:
-        with VllmServer(log_path=tmp_path / "b.log") as b:
-            fleet = Fleet(tmp_path)  # after both are up: the wait at start is not under test
-            fleets.append(fleet)
-            fleet.wait_for(a, 2)
-            fleet.wait_for(b, 2)
-            both = fleet.metrics()
-        b_stopped = len(fleet.snapshots(b))
-        a_before = len(fleet.snapshots(a))
-        with VllmServer(log_path=tmp_path / "c.log") as c:
-            fleet.wait_for(c, 2)
-            fleet.wait_for(a, a_before + 2)
-            after = fleet.metrics()
-            assert fleet.stop() == 0
+    # The session's server is A (discovery would find it anyway): two servers at a time, and
+    # one start fewer than three of the test's own.
+    a = vllm_server
+    with VllmServer(log_path=tmp_path / "b.log") as b:
+        fleet = Fleet(tmp_path)  # after both are up: the wait at start is not under test
+        fleets.append(fleet)
+        fleet.wait_for(a, 2)
+        fleet.wait_for(b, 2)
+        both = fleet.metrics()
+    b_stopped = len(fleet.snapshots(b))
+    a_before = len(fleet.snapshots(a))
+    with VllmServer(log_path=tmp_path / "c.log") as c:
+        fleet.wait_for(c, 2)
+        fleet.wait_for(a, a_before + 2)
+        after = fleet.metrics()
+        assert fleet.stop() == 0
     log = fleet.log.read_text()
     ta, tb, tc = (f"tiny@{s.port}" for s in (a, b, c))
     # Each server its own folder, every snapshot of it complete and of its own server.
