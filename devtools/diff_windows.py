@@ -28,6 +28,10 @@ SEGMENT_S = 5.0
 RATE_HZ = 20.0
 CONCURRENCY = 8
 WARMUP_S = 8.0
+# What a window may take beyond its length before the harness dumps and kills it: py-spy's
+# attaches (their shared grace is the window plus 30 s), the reads, classifying and writing, on
+# two cores that vLLM and eight clients keep busy. Locally a 24 s window takes 37-39 s in all.
+SLACK_S = 300.0
 
 
 def env() -> dict[str, str]:
@@ -130,7 +134,7 @@ def take_windows(
             dest = out / f"{workload}-{i:02d}"
             done = cli("snapshot", "--pid", str(server.pid), "--duration", f"{window_s:g}",
                        "--segment", f"{segment_s:g}", "--rate", f"{RATE_HZ:g}",
-                       "--out", str(dest), timeout_s=window_s + 180)  # fmt: skip
+                       "--out", str(dest), timeout_s=window_s + SLACK_S)  # fmt: skip
             if done.returncode != 0:
                 raise RuntimeError(f"snapshot exited {done.returncode}:\n{done.stderr[-3000:]}")
             (folder,) = [p for p in dest.iterdir() if not p.name.startswith(".")]
