@@ -128,9 +128,12 @@ class MultiTargetDaemon(Daemon):
         return 0
 
     def _step(self) -> None:
+        # Liveness first: a server that exited and was restarted while the loop sat in another
+        # deployment's window must be seen down before the rescan finds its successor, or the
+        # successor is attached as if nothing happened (no gap, no restart counted).
+        self._check_alive()
         if self.clock() >= self._next_scan:
             self._rescan()
-        self._check_alive()
         member = self._next_member()
         until = self._next_scan if member is None else min(self._next_planned(member),
                                                            self._next_scan)  # fmt: skip

@@ -239,6 +239,25 @@ def test_a_server_back_under_its_name_continues_its_deployment() -> None:
     assert labels["deployment"] == "m@8000" and restarts == 1
 
 
+def test_a_server_restarted_during_another_window_counts_as_a_restart() -> None:
+    """It exits and its successor starts while the loop is in the other server's window: the
+    rescan after that window must not take the successor for the run it already follows."""
+    host = Host()
+    a, b, b_again = server(100, 8000), server(200, 8001), server(500, 8001)
+    host.start(a)
+    host.start(b)
+    host.at(T0 + INTERVAL + 2, lambda: host.stop(b))  # inside a's second window
+    host.at(T0 + INTERVAL + 5, lambda: host.start(b_again))
+    d = fleet(host)
+    host.stop_at(T0 + 3 * INTERVAL)
+    d.serve()
+    m = d.members["m@8001"]
+    assert m.target is b_again and m.restarts == 1
+    [gap] = host.stores["m@8001"].gaps
+    assert gap["from"] == iso(T0 + INTERVAL + WINDOW) and gap["to"] is not None
+    assert b.root.key not in d._by_root  # the gone run is forgotten
+
+
 def test_a_remnant_of_a_server_is_not_taken_for_a_new_one() -> None:
     """Its EngineCore died and its API server lingers: down, and not attached again."""
     host = Host()
