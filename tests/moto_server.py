@@ -30,7 +30,10 @@ class MotoServer:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                # In the test run's process group (no start_new_session): it is one process
+                # with no tree to signal, and a run killed by `timeout` or Ctrl-C, whose
+                # fixtures never finish, then takes it down instead of leaving it listening.
+                stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
         deadline = time.monotonic() + 60
         while True:  # readiness: the port accepts (the server binds once its app is built)

@@ -170,7 +170,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory, vllm_server: VllmServer) -> 
                 [str(prometheus_bin), f"--config.file={config}",
                  f"--storage.tsdb.path={tmp_path / 'tsdb'}",
                  f"--web.listen-address=127.0.0.1:{web_port}"],
-                stdout=plog, stderr=subprocess.STDOUT, start_new_session=True,
+                # In the test run's process group, as the daemon: a run killed by `timeout`
+                # or Ctrl-C takes Prometheus down too (one process, no tree to signal).
+                stdout=plog, stderr=subprocess.STDOUT,
             )  # fmt: skip
         except BaseException:
             _stop(daemon, signal.SIGKILL)
