@@ -16,6 +16,7 @@ import yaml
 
 from sidecar.cli import run
 from sidecar.config import load_config
+from sidecar.target_spec import TargetSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBE = ROOT / "deploy" / "kubernetes"
@@ -76,6 +77,16 @@ def test_the_daemonset_sees_the_hosts_processes() -> None:
     assert volume["hostPath"]["path"] == "/proc"
     snapshots = next(v for v in spec["volumes"] if v["name"] == "snapshots")
     assert snapshots["hostPath"]["path"] == "/var/lib/vllm-sidecar"
+
+
+def test_the_daemonset_profiles_every_server_of_its_node(tmp_path: Path) -> None:
+    """A GPU node often runs one vLLM per GPU: the single-target discovery refuses two, so
+    the DaemonSet's config lists `targets:` (one deployment each, sidecar/multi_target.py)."""
+    path = tmp_path / "sidecar.yaml"
+    path.write_text(DAEMONSET["ConfigMap"]["data"]["sidecar.yaml"])
+    config = load_config(path, environ={})
+    assert config.targets == (TargetSpec(discover=True),)
+    assert str(config.target.proc_root) == flag(sidecar(DAEMONSET)["args"], "--proc-root")
 
 
 def test_the_pod_variant_shares_vllms_pid_namespace_and_keeps_snapshots() -> None:
