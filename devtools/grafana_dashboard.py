@@ -3,10 +3,10 @@ sidecar's exporter. The panels are data (`ROWS`); tests/unit/test_grafana_dashbo
 the committed JSON is stale, and tests/integration/test_prometheus_live.py runs every query
 against a real Prometheus scraping a real daemon.
 
-Every selector carries `host=~"$host", deployment=~"$deployment"`. The `deployment` label is
-issue #12's (one daemon, many vLLM servers); until the exporter sets it, the selector lists no
-value but "All" (`.*`, which also matches a series without the label), so the queries work
-before and after.
+Every selector carries `host=~"$host", deployment=~"$deployment"`, and every legend that names
+the host names the deployment too. The `deployment` label is set by a daemon with `targets:`
+(sidecar/multi_target.py); a single-target daemon sets none, and the selector then lists no
+value but "All" (`.*`, which also matches a series without the label).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ ROWS: list[tuple[str, list[Panel]]] = [
            "{{phase}} {{host}}")],
          {"repeat": "role", "stack": True}),
         ("Model-step samples by stage", "short",
-         [(f"sum by (host, stage) (vllm_sidecar_stage_samples{{{SEL}}})",
+         [(f"sum by (host, deployment, stage) (vllm_sidecar_stage_samples{{{SEL}}})",
            "{{stage}} {{host}}")], {}),
     ]),
     ("Serving (vLLM's figures over each window)", [
@@ -61,7 +61,7 @@ ROWS: list[tuple[str, list[Panel]]] = [
          [(f"vllm_sidecar_gpu_memory_used_bytes{{{SEL}}}", "used {{host}} {{gpu}}"),
           (f"vllm_sidecar_gpu_memory_total_bytes{{{SEL}}}", "total {{host}} {{gpu}}")], {}),
         ("GPU memory per vLLM process", "bytes",
-         [(f"sum by (host, gpu, role) (vllm_sidecar_gpu_process_memory_bytes{{{SEL}}})",
+         [(f"sum by (host, deployment, gpu, role) (vllm_sidecar_gpu_process_memory_bytes{{{SEL}}})",
            "{{role}} {{host}} {{gpu}}")], {"stack": True}),
         ("KV cache size", "bytes",
          [(f"vllm_sidecar_kv_cache_bytes{{{SEL}}}", "{{host}}")], {}),
@@ -73,7 +73,7 @@ ROWS: list[tuple[str, list[Panel]]] = [
          [(f"sum by (severity) (vllm_sidecar_findings{{{SEL}}})", "{{severity}}")],
          {"type": "stat"}),
         ("Active findings", "short",
-         [(f"max by (host, id, severity) (vllm_sidecar_finding{{{SEL}}})",
+         [(f"max by (host, deployment, id, severity) (vllm_sidecar_finding{{{SEL}}})",
            "{{id}} ({{severity}}) {{host}}")], {"stack": True}),
     ]),
     ("Stalls and the target", [
@@ -147,13 +147,24 @@ def _panel(pid: int, panel: Panel, x: int, y: int) -> dict[str, Any]:
         "gridPos": {"h": 8, "w": 12, "x": x, "y": y},
         "fieldConfig": {"defaults": defaults, "overrides": []},
         "targets": [
-            {"refId": chr(ord("A") + i), "datasource": DS, "expr": expr, "legendFormat": legend}
+            {
+                "refId": chr(ord("A") + i),
+                "datasource": DS,
+                "expr": expr,
+                "legendFormat": _named(legend),
+            }
             for i, (expr, legend) in enumerate(queries)
         ],
     }
     if "repeat" in options:
         out.update(repeat=options["repeat"], repeatDirection="h", maxPerRow=2)
     return out
+
+
+def _named(legend: str) -> str:
+    """A fleet host (`targets:`) has several deployments: the legend names the one a line is
+    (empty for a single-target sidecar, which sets no `deployment`)."""
+    return legend.replace("{{host}}", "{{host}} {{deployment}}")
 
 
 def dashboard() -> dict[str, Any]:

@@ -86,6 +86,13 @@ def test_every_selector_follows_host_and_deployment() -> None:
             assert 'host=~"$host"' in labels and 'deployment=~"$deployment"' in labels, expr
 
 
+def test_every_line_a_host_has_names_its_deployment_too() -> None:
+    """A fleet host (`targets:`) has several deployments: with the selector at "All", a legend
+    of the host alone would draw two servers' lines under one name."""
+    legends = [t["legendFormat"] for p in panels() for t in p["targets"]]
+    assert all("{{deployment}}" in x for x in legends if "{{host}}" in x), legends
+
+
 @pytest.mark.parametrize("expr", exprs())
 def test_query_brackets_balance(expr: str) -> None:
     for open_, close in ("()", "{}", "[]"):
