@@ -283,6 +283,8 @@ def find_all(
         except AttachError as exc:
             missing.append(f"{spec.describe()}: {exc}")
             continue
+        if not deployments:  # said with the fix, as the single target's discovery says it
+            missing.append(f"{spec.describe()}: {no_server_error(procfs)}")
         for d in deployments:
             found.setdefault(d.root.key, (d, spec))
     return list(found.values()), missing

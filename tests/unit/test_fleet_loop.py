@@ -487,6 +487,15 @@ def test_a_listed_server_is_found_once_with_its_own_entry(tmp_path: Path) -> Non
     assert len(missing) == 1 and missing[0].startswith(f"pid file {tmp_path / 'later.pid'}: ")
 
 
+def test_a_discovery_that_finds_none_says_how_to_make_a_server_visible(tmp_path: Path) -> None:
+    """The daemon's start timeout and doctor quote it: an empty /proc names the fix."""
+    found, missing = find_all(ProcFs(tmp_path), (TargetSpec(discover=True),))
+    assert found == []
+    assert missing == [f"discovery: no vLLM server found under {tmp_path}: start vLLM, pass "
+                       "--pid, or mount the host's /proc and pass --proc-root /host_proc "
+                       '(Docker: pid: host or pid: "service:vllm")']  # fmt: skip
+
+
 def test_doctor_checks_each_server_of_targets(tmp_path: Path) -> None:
     from sidecar.config import MetricsConfig, OutputConfig, SamplingConfig, TargetConfig
     from sidecar.doctor import Status, run_checks
