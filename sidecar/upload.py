@@ -292,10 +292,12 @@ class Uploader:
         self._not_before = self.clock() + self._delay
         reason = str(exc) if isinstance(exc, UploadError) else f"{type(exc).__name__}: {exc}"
         if self._failing is None:
+            # A wrong bucket or missing permission fails like an outage: name the check.
             log.warning("cannot upload snapshot %s to %s (%s); the backlog waits and is "
                         "retried with backoff; nothing is deleted locally until it is "
-                        "uploaded (logged again once uploads work)", entry.name,
-                        self.remote.url, reason)  # fmt: skip
+                        "uploaded (logged again once uploads work). If the store is up, "
+                        "`vllm-sidecar doctor` checks the bucket, upload.endpoint_url and "
+                        "the credentials", entry.name, self.remote.url, reason)  # fmt: skip
         log.debug("upload of %s failed; next try in %.0f s: %s", entry.name, self._delay, reason)
         self._failing = reason
 

@@ -144,7 +144,7 @@ def test_a_row_compacted_into_the_main_table_is_still_uploaded(tmp_path: Path) -
 
 
 def test_an_outage_backs_off_doubling_and_the_backlog_drains_in_order_after(
-    store: SnapshotStore,
+    store: SnapshotStore, caplog: pytest.LogCaptureFixture
 ) -> None:
     remote, clock = Remote(), Clock()
     up = uploader(store, remote, clock)
@@ -156,6 +156,8 @@ def test_an_outage_backs_off_doubling_and_the_backlog_drains_in_order_after(
         assert up.step() is False  # backing off: nothing tried
         clock.now += up.wait_s()
     assert waits == [5, 10, 20, 40, 40]
+    [warning] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "nothing is deleted locally" in warning and "vllm-sidecar doctor" in warning
     assert up.failures_total == 5 and up.status().backlog == 12
     remote.down = False
     assert up.drain() == 12
