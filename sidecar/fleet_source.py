@@ -185,7 +185,7 @@ def remote_filesystem(source: str) -> tuple[AbstractFileSystem, str]:
     except ImportError as exc:
         raise ConfigError(
             f"reading {source} needs the fsspec driver for it ({exc.name or exc}): "
-            "`pip install s3fs` for s3://"
+            "`pip install 'vllm-sidecar[s3]'` for s3:// (it installs s3fs)"
         ) from None
     except ValueError as exc:
         raise ConfigError(f"cannot read {source}: {exc}: {SOURCE_HELP}") from None
