@@ -87,9 +87,10 @@ def _innermost(dumped: str, count: int = 6) -> str:
     lines = dumped.splitlines()
     heads = [i for i, line in enumerate(lines) if line.startswith("Thread ")]
     named = [i for i in heads if '"MainThread"' in lines[i]]
-    start = (named or heads or [None])[0]
-    if start is None:
+    found = named or heads
+    if not found:
         return "(no thread in the dump)"
+    start = found[0]
     frames = []
     for line in lines[start + 1 :]:
         if not line.startswith((" ", "\t")):

@@ -60,9 +60,11 @@ def test_long_prompts_raise_compute_in_the_worker_and_the_workload_says_why(
     windows: dict[str, list[Path]],
 ) -> None:
     """Two windows a side resolve the worker's compute (one did not, once, on a fresh clone's
-    run: 24 s windows hold fewer segments than the recorded 30 s ones); the API server's
-    tokenisation rises too, but at about 1 % of its samples it takes about three windows a
-    side to be significant on this tiny model (tests/unit/test_diff_recorded.py)."""
+    run: 24 s windows hold fewer segments than the recorded 30 s ones). The API server's
+    tokenisation rises too, but at about 1 % of its samples it takes about three windows a side
+    to be significant on this tiny model, and with two its estimate fell below zero once (-0.47
+    points, a fresh clone's run): its direction is asserted on the recorded windows
+    (tests/unit/test_diff_recorded.py), not here."""
     mixed, prefill = (windows[k][0].parent.parent for k in ("mixed", "prefill-heavy"))
     code, out = diff(f"{mixed}@..", f"{prefill}@..", "--fail-on", "10%")
     assert out["a"]["workload"]["windows"] == 2 and out["b"]["workload"]["windows"] == 2
@@ -70,9 +72,6 @@ def test_long_prompts_raise_compute_in_the_worker_and_the_workload_says_why(
     compute = found.get(("worker", "compute"))
     assert compute is not None and compute["change"] > 0, out["verdict"]
     assert "worker compute up" in " ".join(out["verdict"])
-    tokenise = next(c for c in out["shares"]
-                    if (c["role"], c["name"]) == ("api_server", "input_processing"))  # fmt: skip
-    assert tokenise["change"] > 0
     workload = out["b"]["workload"], out["a"]["workload"]
     assert workload[0]["prompt_per_request"] > 1.5 * workload[1]["prompt_per_request"]
     assert "prompt tokens per request" in out["workload_differs"]
