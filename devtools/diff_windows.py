@@ -18,11 +18,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from devtools import sidecar_proc
 from devtools.server import VllmServer
+from devtools.sidecar_proc import REPO, env
 from sidecar.pyspy import SubprocessPySpy
 
-REPO = Path(__file__).resolve().parent.parent
-_CLI = "import sys; from sidecar.cli import main; sys.exit(main())"
 WINDOW_S = 30.0
 SEGMENT_S = 5.0
 RATE_HZ = 20.0
@@ -34,51 +34,61 @@ WARMUP_S = 8.0
 SLACK_S = 300.0
 
 
-def env() -> dict[str, str]:
-    paths = [str(REPO), os.environ.get("PYTHONPATH", "")]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
-
-
 class SnapshotTimeout(RuntimeError):
     """A CLI run outlived its time; the message has where it was (py-spy's dump of it)."""
 
 
 def cli(*args: str, timeout_s: float = 300.0) -> subprocess.CompletedProcess[str]:
-    """`vllm-sidecar ARGS` from this checkout. One that outlives TIMEOUT_S is dumped with
-    py-spy before it is killed, so a stuck run says where it was stuck."""
-    argv = [sys.executable, "-c", _CLI, *args]
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          env=env(), cwd=REPO) as proc:  # fmt: skip
-        try:
-            out, err = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            where = _dump(proc.pid)
-            proc.kill()
-            out, err = proc.communicate()
-            # CI shows the tail of a failed run: what it was doing and what else was busy go last.
-            raise SnapshotTimeout(
-                f"`vllm-sidecar {' '.join(args)}` ran over {timeout_s:.0f} s. Its stderr:\n"
-                f"{err[-2000:]}\n{where}"
-            ) from None
-    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+    """`vllm-sidecar ARGS` from this checkout, in a session of its own (devtools/sidecar_proc.py
+    says why). One that outlives TIMEOUT_S is dumped with py-spy before its group is killed, so
+    a stuck run says where it was stuck."""
+    command = sidecar_proc.argv(*args)
+    proc = sidecar_proc.start(list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        where = _dump(proc.pid)
+        sidecar_proc.kill(proc)
+        out, err = proc.communicate()
+        # CI shows the tail of a failed run: what it was doing and what else was busy go last.
+        raise SnapshotTimeout(
+            f"`vllm-sidecar {' '.join(args)}` ran over {timeout_s:.0f} s. Its stderr:\n"
+            f"{err[-2000:]}\n{where}"
+        ) from None
+    finally:
+        if proc.poll() is None:
+            sidecar_proc.kill(proc)
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
 
 
 def _dump(pid: int) -> str:
     """Where PID was (py-spy's dump, the sidecar's own `dump`, never pausing it; its main
     thread's innermost frames), its children (py-spy, when one runs), and the busiest
-    processes of the machine: a starved run and a stuck one read differently."""
+    processes of the machine with their scheduling group (autogroup and its nice): a starved
+    run and a stuck one read differently."""
     code, dumped = SubprocessPySpy.find().dump(pid)
-    ps = ["ps", "-o", "pid,ppid,stat,pcpu,etimes,rss,args"]
+    ps = ["ps", "-o", "pid,ppid,stat,ni,pcpu,etimes,rss,args"]
     children = subprocess.run([*ps, "--ppid", str(pid)], capture_output=True, text=True,
                               check=False)  # fmt: skip
     busiest = subprocess.run(["ps", "-e", *ps[1:], "--sort=-pcpu"], capture_output=True,
                              text=True, check=False)  # fmt: skip
-    top = "\n".join(line[:160] for line in busiest.stdout.splitlines()[:12])
+    top = "\n".join(_with_group(line[:140]) for line in busiest.stdout.splitlines()[:12])
     return (
         f"py-spy dump (exit {code}):\n{dumped[-3000:]}\n"
         f"its children:\n{children.stdout}\nbusiest processes:\n{top}\n"
         f"innermost frames of its main thread:\n{_innermost(dumped)}"
     )
+
+
+def _with_group(ps_line: str) -> str:
+    """PS_LINE with its process's autogroup (`/proc/PID/autogroup`: its name and nice) after it,
+    where there is one to read."""
+    pid = ps_line.split(maxsplit=1)[0] if ps_line.strip() else ""
+    try:
+        group = Path(f"/proc/{int(pid)}/autogroup").read_text().strip()
+    except (ValueError, OSError):
+        return ps_line
+    return f"{ps_line}  [{group.lstrip('/')}]"
 
 
 def _innermost(dumped: str, count: int = 6) -> str:

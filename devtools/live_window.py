@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -28,6 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from devtools import sidecar_proc
 from devtools.loadgen import LoadResult, run_load_process
 from devtools.server import VllmServer
 from sidecar.commands import SAMPLING_LINE
@@ -58,9 +57,6 @@ EXPECTED = {
     "api_server": {"input_processing", "output_processing", "idle"},
 }
 _ATTACHED = re.compile(r"py-spy attached in ([\d.]+) s")
-_REPO = Path(__file__).resolve().parent.parent
-# `vllm-sidecar` from this checkout (PYTHONPATH below), not from wherever it is installed.
-_CLI = "import sys; from sidecar.cli import main; sys.exit(main())"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,16 +88,13 @@ def take_window(server: VllmServer, workload: str, out: Path, seed: int) -> Live
     """Run `vllm-sidecar snapshot` on SERVER, once it is idle, and put WORKLOAD on it from the
     moment py-spy samples."""
     wait_idle(server)
-    argv = [sys.executable, "-c", _CLI, "snapshot", "--pid", str(server.pid),
-            "--duration", str(WINDOW_S), "--rate", str(RATE_HZ), "--out", str(out),
+    args = ["snapshot", "--pid", str(server.pid), "--duration", str(WINDOW_S),
+            "--rate", str(RATE_HZ), "--out", str(out),
             # one py-spy run for the whole window, as when tests/fixtures/noise was recorded
             "--segment", str(WINDOW_S)]  # fmt: skip
-    paths = [str(_REPO), os.environ.get("PYTHONPATH", "")]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1",
-           "PYTHONPATH": os.pathsep.join(p for p in paths if p)}  # fmt: skip
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=_REPO
-    )
+    # In a session of its own, as operators run it (devtools/sidecar_proc.py says why).
+    proc = sidecar_proc.start(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              env=sidecar_proc.env(PYTHONUNBUFFERED="1"))  # fmt: skip
     watch = _Watch(proc)
     try:
         load = None
@@ -110,8 +103,7 @@ def take_window(server: VllmServer, workload: str, out: Path, seed: int) -> Live
         code = proc.wait(timeout=WINDOW_S + ATTACH_GRACE_S + 120)
     finally:
         if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+            sidecar_proc.kill(proc)
         watch.join()
     if code != 0:
         raise RuntimeError(f"vllm-sidecar snapshot exited with {code}:\n{watch.text()}")
