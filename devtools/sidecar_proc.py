@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,17 +37,20 @@ def env(**extra: str) -> dict[str, str]:
     return {**os.environ, **extra, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
 
 
+def spawn(command: Sequence[str], **popen: Any) -> subprocess.Popen[Any]:
+    """COMMAND (a sidecar's whole command line, e.g. its console script) in a session of its
+    own (POPEN as for subprocess.Popen). Stop it with `kill`, which ends its whole group."""
+    return subprocess.Popen(list(command), start_new_session=True, **popen)
+
+
 def start(args: list[str], **popen: Any) -> subprocess.Popen[str]:
-    """`vllm-sidecar ARGS` in a session of its own (text mode; POPEN as for subprocess.Popen).
-    Stop it with `kill`, which ends its whole group."""
+    """`vllm-sidecar ARGS` from this checkout in a session of its own (text mode)."""
     popen.setdefault("env", env())
-    return subprocess.Popen(
-        argv(*args), text=True, cwd=REPO, start_new_session=True, **popen
-    )  # fmt: skip
+    return spawn(argv(*args), text=True, cwd=REPO, **popen)
 
 
-def kill(proc: subprocess.Popen[str]) -> None:
-    """SIGKILL PROC's group (it leads one: `start`) and reap it."""
+def kill(proc: subprocess.Popen[Any], timeout_s: float | None = None) -> None:
+    """SIGKILL PROC's group (it leads one: `spawn`) and reap it."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    proc.wait(timeout_s)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from devtools import sidecar_proc
 from devtools.server import VllmServer, free_port
 from sidecar.store import StoredSnapshot
 from sidecar.trend_table import PARTS_DIR
@@ -38,8 +39,9 @@ class Running:
         args = [SIDECAR, "run", "--pid-file", str(pid_file), "--out", str(out),
                 "--exporter-listen", f"127.0.0.1:{self.port}", "--rate", "10",
                 "--cpu-budget", budget, *extra]  # fmt: skip
+        # A session of its own, as a service runs (devtools/sidecar_proc.py says why).
         with self.log.open("wb") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = sidecar_proc.spawn(args, stdout=log, stderr=subprocess.STDOUT)
 
     def host_dir(self) -> Path:
         dirs = [d for d in self.out.iterdir() if d.is_dir()] if self.out.exists() else []
@@ -74,9 +76,12 @@ class Running:
         try:
             return self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+            self.kill()
             raise
+
+    def kill(self) -> None:
+        """SIGKILL the daemon's whole group (py-spy included) and reap it."""
+        sidecar_proc.kill(self.proc, 30)
 
 
 def leftovers(host: Path) -> list[str]:
@@ -94,8 +99,7 @@ def daemons(tmp_path: Path) -> Iterator[list[Running]]:
     yield started
     for d in started:
         if d.proc.poll() is None:
-            d.proc.kill()
-            d.proc.wait(30)
+            d.kill()
 
 
 @pytest.fixture
