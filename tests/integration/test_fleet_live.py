@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from devtools import sidecar_proc
 from devtools.server import VllmServer, free_port
 from sidecar.cli import main
 from sidecar.store import SNAPSHOT_NAME
@@ -42,8 +43,9 @@ class Fleet:
         args = [SIDECAR, "run", "--config", str(config), "--out", str(self.out),
                 "--exporter-listen", f"127.0.0.1:{self.port}", "--rate", "10",
                 "--cpu-budget", "off", "--window", "2s", "--interval", "10s"]  # fmt: skip
+        # A session of its own, as a service runs (devtools/sidecar_proc.py says why).
         with self.log.open("wb") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = sidecar_proc.spawn(args, stdout=log, stderr=subprocess.STDOUT)
 
     def folder(self, server: VllmServer) -> Path:
         return self.out / socket.gethostname() / f"tiny@{server.port}"
@@ -83,8 +85,7 @@ def fleets() -> Iterator[list[Fleet]]:
     yield started
     for f in started:
         if f.proc.poll() is None:
-            f.proc.kill()
-            f.proc.wait(30)
+            sidecar_proc.kill(f.proc, 30)
 
 
 def gauge(metrics: str, name: str, deployment: str) -> list[float]:
