@@ -20,6 +20,7 @@ import json
 import os
 import random
 import secrets
+import select
 import subprocess
 import sys
 import threading
@@ -282,21 +283,34 @@ def run_load_process(
     return LoadResult(**{k: fields[k] for k in LoadResult.__dataclass_fields__})
 
 
+# What a keep-alive connection the server closed while it sat idle fails with: on sending
+# (BrokenPipe, ConnectionReset) or, when the close crossed the request, before any status line.
+_STALE = (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected)
+
+
 def _send(
     conn: http.client.HTTPConnection, host: str, port: int, request: Request, tally: _Tally
 ) -> http.client.HTTPConnection:
-    """One request on a keep-alive connection; a broken connection is replaced, not retried."""
+    """One request on a keep-alive connection. The server closes a connection left idle
+    (uvicorn after 5 s), and a client starved of CPU can leave one idle that long: a reused
+    connection the server has closed is reopened before sending (urllib3's check), and a reused
+    one that fails as stale is sent again once on a fresh connection, as HTTP clients do for a
+    request the server never read (RFC 9112, 9.3.1). Any other failure is counted, and the
+    connection replaced, not retried."""
+    reused = conn.sock is not None
+    if reused and _dropped(conn):
+        conn.close()  # http.client reopens it on the next request
+        reused = False
     try:
-        conn.request(
-            "POST",
-            "/v1/completions",
-            body=request.body(),
-            headers={"Content-Type": "application/json"},
-        )
-        response = conn.getresponse()
-        payload = response.read()
-        if response.status != 200:
-            tally.add(None, f"HTTP {response.status}: {payload[:300]!r}")
+        try:
+            status, payload = _post(conn, request)
+        except _STALE:
+            if not reused:
+                raise
+            conn.close()
+            status, payload = _post(conn, request)
+        if status != 200:
+            tally.add(None, f"HTTP {status}: {payload[:300]!r}")
             return conn
         tally.add(_streamed_usage(payload) if request.stream else json.loads(payload)["usage"])
         return conn
@@ -316,6 +330,23 @@ def _streamed_usage(payload: bytes) -> dict[str, int]:
             if usage:
                 return dict(usage)
     raise KeyError("usage: no event of the stream carried it")
+
+
+def _post(conn: http.client.HTTPConnection, request: Request) -> tuple[int, bytes]:
+    headers = {"Content-Type": "application/json"}
+    conn.request("POST", "/v1/completions", body=request.body(), headers=headers)
+    response = conn.getresponse()
+    return response.status, response.read()
+
+
+def _dropped(conn: http.client.HTTPConnection) -> bool:
+    """Whether an idle keep-alive connection is readable: the server closed it (EOF) or broke
+    the protocol; either way it cannot carry another request."""
+    try:
+        readable, _, _ = select.select([conn.sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
 
 
 def _workload(name: str) -> Callable[[random.Random], Request]:
