@@ -23,6 +23,7 @@ from sidecar.config import (
     SNAPSHOT_DEFAULTS,
     Config,
     SnapshotOptions,
+    check_fleet_target,
     load_config,
     snapshot_options,
     unit_of,
@@ -554,6 +555,7 @@ def run(**kw: Any) -> None:
     from sidecar.multi_target import MultiTargetDaemon
 
     config, path, flags = _settings(click.get_current_context(), DAEMON_SETTINGS, Config())
+    check_fleet_target(config)
     setup_logging(config.log_level)
     # `targets:` in the config file: every server it names, each a deployment (multi_target.py).
     daemon = MultiTargetDaemon if config.targets else Daemon
@@ -567,6 +569,7 @@ def doctor(**kw: Any) -> None:
     from sidecar.doctor import Status, run_checks
 
     config, _, _ = _settings(click.get_current_context(), DAEMON_SETTINGS, Config())
+    check_fleet_target(config)
     checks = run_checks(config)
     for c in checks:
         click.echo(f"[{c.status.value:>4}] {c.name}: {c.detail}")

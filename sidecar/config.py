@@ -399,6 +399,24 @@ def validate(c: Config) -> None:
         raise ConfigError("give target.pid or target.pid_file, not both")
 
 
+def check_fleet_target(c: Config) -> None:
+    """`run` and `doctor` with `targets:`: the daemon follows the servers the entries name, so
+    target.pid or target.pid_file (one server) would be ignored; refused instead, naming the
+    fix. Not in `validate`: `snapshot --pid N` takes one server from a config that lists a
+    fleet, and the file's `targets:` is rightly ignored there."""
+    t = c.target
+    given = [f"target.{key} {value}" for key, value in (("pid", t.pid), ("pid_file", t.pid_file))
+             if value is not None]  # fmt: skip
+    if c.targets and given:
+        raise ConfigError(
+            f"{' and '.join(given)} (--pid, --pid-file, VLLM_SIDECAR_TARGET_PID[_FILE] or "
+            f"target: in the file) names one server, and `targets:` in {c.source} lists the "
+            "servers this daemon follows, so it would be ignored: add it to targets: as an "
+            "entry (`- pid: N` or `- pid_file: PATH`) and drop it from target:, or remove "
+            "targets: to profile that one server"
+        )
+
+
 def _check_rules(config: Config, where: str) -> None:
     if config.rules is None:
         return  # the built-in rules: tested with the package, not re-read on every start

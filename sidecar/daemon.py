@@ -322,6 +322,7 @@ class Daemon:
         old = self.parts
         try:
             config = load_config(self._config_path, self._environ, self._flags)
+            self._check_reload(config)
             new = build_parts(config, self._builders, self.clock, self.wall, previous=old)
         except SidecarError as exc:
             log.error("reload failed, keeping the running configuration: %s", exc)
@@ -339,6 +340,10 @@ class Daemon:
             if config.exporter_listen != old.config.exporter_listen:
                 log.warning("exporter_listen changed: takes effect at the next restart")
         self.notifier.ready("configuration reloaded")
+
+    def _check_reload(self, config: Config) -> None:
+        """What `run` checks beyond load_config, again for a reload (a ConfigError keeps the
+        running configuration)."""
 
     def _install_signals(self) -> None:
         def on_stop(signum: int, frame: FrameType | None) -> None:

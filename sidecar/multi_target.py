@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from sidecar.config import Config
+from sidecar.config import Config, check_fleet_target
 from sidecar.daemon import TICK_S, Daemon, Wake, keep_window, start_uploads
 from sidecar.discovery import Deployment, DeploymentId, deployment_id, find_all
 from sidecar.errors import AttachError, SamplerError, SidecarError
@@ -339,6 +339,9 @@ class MultiTargetDaemon(Daemon):
             if parts.schedule is not m.parts.schedule and m.target is not None:
                 parts.schedule.begin()
             m.parts = parts
+
+    def _check_reload(self, config: Config) -> None:
+        check_fleet_target(config)  # target.pid added beside targets: would be ignored
 
     def _replan(self) -> None:
         for m in self.members.values():

@@ -529,3 +529,85 @@ def test_aggregate_takes_the_host_of_a_deployment_folder_from_its_index(tmp_path
     assert local_host_folders(tmp_path) == [("h", tmp_path / "h" / "m@8000"),
                                             ("old", tmp_path / "old")]  # fmt: skip
     assert local_host_folders(tmp_path / "h") == [("h", tmp_path / "h" / "m@8000")]
+
+
+# ---------------------------------------------------------------- one server's target beside targets:
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "file"),
+    [
+        (["--pid", "4242"], {}, ""),
+        (["--pid-file", "/run/vllm.pid"], {}, ""),
+        ([], {"VLLM_SIDECAR_TARGET_PID": "4242"}, ""),
+        ([], {}, "target:\n  pid: 4242\n"),
+    ],
+)
+@pytest.mark.parametrize("command", ["run", "doctor"])
+def test_run_and_doctor_refuse_a_single_target_beside_targets(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+    args: list[str],
+    env: dict[str, str],
+    file: str,
+) -> None:
+    """targets: follows the servers its entries name: a --pid (or target.pid, pid_file) would
+    be silently ignored; refused at start (exit 2), naming the fix. Neither the daemon nor
+    the checks run (stubs here: without the refusal they would be called)."""
+    import sidecar.doctor
+    import sidecar.multi_target
+    from sidecar.cli import main
+
+    called: list[str] = []
+    monkeypatch.setattr(sidecar.multi_target, "MultiTargetDaemon",
+                        lambda *a, **k: called.append("daemon"))  # fmt: skip
+    monkeypatch.setattr(sidecar.doctor, "run_checks", lambda config: called.append("doctor") or [])
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    path = write_config(tmp_path / "sidecar.yaml", extra=f"targets: [{{discover: true}}]\n{file}")
+    assert main([command, "--config", str(path), *args]) == 2
+    err = capsys.readouterr().err
+    assert "lists the servers this daemon follows" in err
+    assert "add it to targets: as an entry" in err and "or remove targets:" in err
+    assert called == []
+
+
+def test_snapshot_takes_one_server_from_a_config_that_lists_a_fleet(tmp_path: Path) -> None:
+    """`snapshot --pid N --config fleet.yaml` is legal: the refusal is run's and doctor's."""
+    from sidecar.config import SNAPSHOT_DEFAULTS
+
+    path = write_config(tmp_path / "sidecar.yaml", extra="targets: [{discover: true}]\n")
+    config = load_config(path, {}, {"target.pid": 4242}, defaults=SNAPSHOT_DEFAULTS)
+    assert config.target.pid == 4242 and config.targets
+
+
+def test_a_reload_that_adds_a_single_target_beside_targets_is_refused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    caplog.set_level(logging.INFO, logger="vllm_sidecar")
+    host = Host()
+    host.start(server(100, 8000))
+    path = write_config(tmp_path / "sidecar.yaml", extra="targets: [{discover: true}]\n")
+    d = MultiTargetDaemon(load_config(path, {}), config_path=path, environ={}, clock=host.time.clock,
+                          wall_clock=host.time.wall, wait=host.wait,
+                          builders=builders(FakeStore(), deployment_store=lambda c, n: FakeStore()),
+                          find_all_targets=host.find_all, alive=host.alive,
+                          make_collector=host.collector)  # fmt: skip
+    host.daemon = d
+    before = d.config
+
+    def reload() -> None:
+        write_config(path, interval="120s",
+                     extra="targets: [{discover: true}]\ntarget:\n  pid: 4242\n")  # fmt: skip
+        d.signals.reload.set()
+
+    host.at(T0 + 90, reload)
+    host.stop_at(T0 + 200)
+    d.serve()
+    assert d.config is before
+    assert any("reload failed" in r.getMessage() and "target.pid 4242" in r.getMessage()
+               for r in caplog.records)  # fmt: skip
