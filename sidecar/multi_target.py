@@ -44,6 +44,7 @@ from sidecar.parts import real_collector as _real_collector
 from sidecar.schedule import PlannedWindow
 from sidecar.store import DiskState, StoredSnapshot, WriteOutcome
 from sidecar.target_spec import TargetSpec
+from sidecar.upload import stop_all
 
 log = logging.getLogger("vllm_sidecar")
 RESCAN_S = 5.0  # target.rescan_s's default: a /proc scan costs ~0.2 ms CPU per process
@@ -120,9 +121,11 @@ class MultiTargetDaemon(Daemon):
                     m.parts.store.record_gap(m.down_since, self.wall(), m.down_reason)
         finally:
             self.notifier.stopping()
-            for m in self.members.values():
-                if m.parts.uploads is not None:
-                    m.parts.uploads.stop()
+            # All asked to stop, then one bounded wait: not N waits in turn.
+            stop_all(
+                (m.parts.uploads for m in self.members.values() if m.parts.uploads),
+                clock=self.clock,
+            )
             if self.parts.gpu is not None:
                 self.parts.gpu.close()
         return 0
@@ -326,15 +329,17 @@ class MultiTargetDaemon(Daemon):
             return  # the reload failed: everything runs on
         if not self.config.targets:
             log.warning("targets: removed from the config: takes effect at the next restart")
+        rebuilt: list[tuple[Member, Parts]] = []
         for m in self.members.values():
             try:
-                parts = self._member_parts(m.id.name, m.spec, m.parts)
+                rebuilt.append((m, self._member_parts(m.id.name, m.spec, m.parts)))
             except SidecarError as exc:
                 log.error("deployment %s keeps its parts: %s", m.id.name, exc)
-                continue
+        # The replaced upload threads stop together (one bounded wait), before any new starts.
+        replaced = [m.parts.uploads for m, parts in rebuilt if parts.uploads is not m.parts.uploads]
+        stop_all((u for u in replaced if u is not None), clock=self.clock)
+        for m, parts in rebuilt:
             if parts.uploads is not m.parts.uploads:
-                if m.parts.uploads is not None:
-                    m.parts.uploads.stop()
                 start_uploads(parts, m.state)
             if parts.schedule is not m.parts.schedule and m.target is not None:
                 parts.schedule.begin()

@@ -27,7 +27,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,6 +46,7 @@ ROW_NAME = "row.parquet"  # the snapshot's row of the trend table, beside its fi
 LAST = ("summary.json", ROW_NAME)
 UNKNOWN = "unknown"  # the partition value of a summary without a deployment (schema 1 and 2)
 POLL_S = 60.0  # the thread looks for work this often even when no write woke it
+STOP_WAIT_S = 30.0  # at stop, how long the daemon waits for uploads to finish their object
 
 
 class UploadError(Exception):
@@ -336,11 +337,22 @@ class UploadThread:
     def wake(self) -> None:
         self._wake.set()
 
-    def stop(self, timeout: float = 30.0) -> None:
+    def stop(self, timeout: float = STOP_WAIT_S) -> bool:
+        """Ask the thread to stop and wait for it, at most `timeout`; True when it ended."""
+        self.request_stop()
+        return self.join(timeout)
+
+    def request_stop(self) -> None:
+        """Ask the thread to stop after the current object; returns at once."""
         self._stop.set()
         self._wake.set()
+
+    def join(self, timeout: float) -> bool:
+        """Wait at most `timeout` for the thread to end; True when it has (or never started)."""
         if self._thread is not None:
             self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -352,6 +364,31 @@ class UploadThread:
                 log.exception("the uploader failed; retrying in %.0f s", self.poll_s)
             wait = self.uploader.wait_s() or self.poll_s
             self._wake.wait(min(wait, self.poll_s))
+
+
+class Stoppable(Protocol):
+    def request_stop(self) -> None: ...
+    def join(self, timeout: float) -> bool: ...
+
+
+def stop_all(
+    threads: Iterable[Stoppable],
+    timeout_s: float = STOP_WAIT_S,
+    clock: Callable[[], float] = time.monotonic,
+) -> list[Stoppable]:
+    """Ask every thread to stop, then wait for them together, `timeout_s` in all: a fleet's N
+    upload threads stop in one bounded wait, not N in turn. The ones still running after it
+    (a request the store has not answered) are returned and logged; they are daemon threads,
+    and their folder, unconfirmed, is redone whole at the next start."""
+    threads = list(threads)
+    for thread in threads:
+        thread.request_stop()
+    deadline = clock() + timeout_s
+    running = [t for t in threads if not t.join(max(0.0, deadline - clock()))]
+    if running:
+        log.warning("%d upload threads still busy after %g s; their folders are uploaded "
+                    "again at the next start", len(running), timeout_s)  # fmt: skip
+    return running
 
 
 def remove_staging(host_dir: Path) -> None:

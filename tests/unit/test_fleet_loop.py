@@ -611,3 +611,102 @@ def test_a_reload_that_adds_a_single_target_beside_targets_is_refused(
     assert d.config is before
     assert any("reload failed" in r.getMessage() and "target.pid 4242" in r.getMessage()
                for r in caplog.records)  # fmt: skip
+
+
+# ---------------------------------------------------------------- upload threads at stop and reload
+
+
+class StuckUploads:
+    """An upload thread whose store never answers: each join waits its whole timeout (on the
+    fake clock) and the thread runs on. Its events go to one log shared by all."""
+
+    def __init__(self, name: str, url: str | None, log: list[tuple[str, str, float]],
+                 host: Host) -> None:  # fmt: skip
+        self.name, self.url, self.log, self.host = name, url, log, host
+        self.uploader = self
+        self.on_change: Callable[[Any], None] | None = None
+
+    def held(self, name: str) -> bool:
+        return True
+
+    def status(self) -> str:
+        return "status"
+
+    def start(self) -> None:
+        self.log.append(("start", self.name, 0.0))
+
+    def wake(self) -> None:
+        pass
+
+    def request_stop(self) -> None:
+        self.log.append(("request_stop", self.name, 0.0))
+
+    def join(self, timeout: float) -> bool:
+        self.log.append(("join", self.name, timeout))
+        self.host.time.advance(timeout)
+        return False
+
+    def stop(self, timeout: float = 30.0) -> bool:
+        self.request_stop()
+        return self.join(timeout)
+
+
+def stuck_fleet(host: Host, path: Path, log: list[tuple[str, str, float]]) -> MultiTargetDaemon:
+    def uploads(config: Config, store: Any) -> StuckUploads:
+        return StuckUploads(store.name, config.upload.url, log, host)
+
+    def store(config: Config, name: str) -> FakeStore:
+        s = host.stores.setdefault(name, FakeStore())
+        s.name = name  # type: ignore[attr-defined]
+        return s
+
+    d = MultiTargetDaemon(load_config(path, {}), config_path=path, environ={},
+                          clock=host.time.clock, wall_clock=host.time.wall, wait=host.wait,
+                          builders=builders(FakeStore(), deployment_store=store, uploads=uploads),
+                          find_all_targets=host.find_all, alive=host.alive,
+                          make_collector=host.collector)  # fmt: skip
+    host.daemon = d
+    return d
+
+
+def test_at_stop_every_upload_thread_is_asked_first_then_all_waited_for_together(
+    tmp_path: Path,
+) -> None:
+    """Three deployments whose store hangs: all three are asked to stop before any is waited
+    for, and the waits share one bound (30 s), not 3 x 30 s."""
+    host = Host()
+    for i in range(3):
+        host.start(server(100 * (i + 1), 8000 + i))
+    path = write_config(tmp_path / "sidecar.yaml",
+                        extra="targets: [{discover: true}]\nupload:\n  url: s3://b/a\n")  # fmt: skip
+    log: list[tuple[str, str, float]] = []
+    d = stuck_fleet(host, path, log)
+    host.stop_at(T0 + 30)
+    d.serve()
+    stopping = [e for e in log if e[0] != "start"]
+    assert [e[0] for e in stopping] == ["request_stop"] * 3 + ["join"] * 3
+    assert sum(timeout for _, _, timeout in stopping) == 30.0
+
+
+def test_a_reload_stops_the_replaced_upload_threads_together_before_any_new_one_starts(
+    tmp_path: Path,
+) -> None:
+    host = Host()
+    for i in range(3):
+        host.start(server(100 * (i + 1), 8000 + i))
+    fleet_yaml = "targets: [{discover: true}]\nupload:\n  url: s3://b/%s\n"
+    path = write_config(tmp_path / "sidecar.yaml", extra=fleet_yaml % "a")
+    log: list[tuple[str, str, float]] = []
+    d = stuck_fleet(host, path, log)
+
+    def reload() -> None:
+        write_config(path, extra=fleet_yaml % "b")
+        d.signals.reload.set()
+
+    host.at(T0 + 90, reload)
+    host.stop_at(T0 + 200)
+    d.serve()
+    at_reload = log[3:9]  # after the three first starts, before the three new ones
+    assert [e[0] for e in at_reload] == ["request_stop"] * 3 + ["join"] * 3
+    assert sum(timeout for _, _, timeout in at_reload) == 30.0
+    assert [e[0] for e in log[9:12]] == ["start"] * 3

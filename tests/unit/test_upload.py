@@ -29,6 +29,7 @@ from sidecar.upload import (
     UploadStatus,
     UploadThread,
     partition_prefix,
+    stop_all,
 )
 from tests.upload_store import HOST, folder_files, real_output
 
@@ -238,6 +239,17 @@ def test_the_thread_drains_on_wake_and_stops(store: SnapshotStore) -> None:
     finally:
         thread.stop()
     assert len(remote.folders()) == 12
+
+
+def test_stop_all_asks_every_thread_then_waits_and_returns_none_running(tmp_path: Path) -> None:
+    """Real threads over two stores: both asked, both ended within the one wait."""
+    threads = [UploadThread(uploader(real_output(tmp_path / name), Remote()), poll_s=3600)
+               for name in ("a", "b")]  # fmt: skip
+    for thread in threads:
+        thread.start()
+    assert stop_all(threads) == []
+    assert all(thread.join(0) for thread in threads)
+    assert UploadThread(uploader(real_output(tmp_path / "c"), Remote())).join(0)  # never started
 
 
 # ---------------------------------------------------------------- config, exporter, doctor
