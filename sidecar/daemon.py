@@ -139,7 +139,7 @@ class Daemon:
     def serve(self) -> int:
         """Wait for the target, then windows until stopped. Raises only for the start."""
         self.parts.store.cleanup_temp()
-        self._start_uploads(self.parts)
+        start_uploads(self.parts, self.state)
         try:
             self.target = self._wait_for_target_at_start()
             if self.target is None:
@@ -205,9 +205,6 @@ class Daemon:
 
     def _keep(self, result: WindowResult, planned: PlannedWindow) -> None:
         keep_window(result, planned, self.parts, self.state, self.failures)
-
-    def _start_uploads(self, parts: Parts) -> None:
-        start_uploads(parts, self.state)
 
     def _collector(self, target: Deployment, first: bool) -> WindowCollector:
         def alive() -> bool:
@@ -333,9 +330,10 @@ class Daemon:
             if new.store is not old.store:
                 new.store.cleanup_temp()
             if new.uploads is not old.uploads:
-                if old.uploads is not None:
-                    old.uploads.stop()
-                self._start_uploads(new)
+                # The old thread's staging is removed only once it has ended: it may be putting
+                # a row staged there (what a thread still busy leaves, the next start removes).
+                stopped = old.uploads.stop() if old.uploads is not None else True
+                start_uploads(new, self.state, clean_staging=stopped)
             log.info("configuration reloaded from %s", config.source)
             if config.exporter_listen != old.config.exporter_listen:
                 log.warning("exporter_listen changed: takes effect at the next restart")
@@ -402,13 +400,14 @@ def keep_window(
         log.debug("%s not written: %s", kind, outcome.skipped_reason)
 
 
-def start_uploads(parts: Parts, state: ExporterState) -> None:
+def start_uploads(parts: Parts, state: ExporterState, clean_staging: bool = True) -> None:
     """The upload thread (upload.url): its own thread, so that no request to the object
-    store can hold up a window's deadline (sidecar/upload.py)."""
+    store can hold up a window's deadline (sidecar/upload.py). `clean_staging`: no other
+    upload thread runs over the store (UploadThread.start)."""
     if parts.uploads is None:
         state.update_upload(None)
         return
     uploader = parts.uploads.uploader
     uploader.on_change = state.update_upload
     state.update_upload(uploader.status())  # the backlog on disk, before any try
-    parts.uploads.start()
+    parts.uploads.start(clean_staging)

@@ -335,12 +335,13 @@ class MultiTargetDaemon(Daemon):
                 rebuilt.append((m, self._member_parts(m.id.name, m.spec, m.parts)))
             except SidecarError as exc:
                 log.error("deployment %s keeps its parts: %s", m.id.name, exc)
-        # The replaced upload threads stop together (one bounded wait), before any new starts.
+        # The replaced upload threads stop together (one bounded wait), before any new starts;
+        # a deployment's staging is removed only once its old thread has ended.
         replaced = [m.parts.uploads for m, parts in rebuilt if parts.uploads is not m.parts.uploads]
-        stop_all((u for u in replaced if u is not None), clock=self.clock)
+        busy = stop_all((u for u in replaced if u is not None), clock=self.clock)
         for m, parts in rebuilt:
             if parts.uploads is not m.parts.uploads:
-                start_uploads(parts, m.state)
+                start_uploads(parts, m.state, clean_staging=m.parts.uploads not in busy)
             if parts.schedule is not m.parts.schedule and m.target is not None:
                 parts.schedule.begin()
             m.parts = parts

@@ -45,7 +45,7 @@ from sidecar.store import (
     WriteOutcome,
     check_writable,
 )
-from sidecar.upload import Uploader, UploadThread, remove_staging
+from sidecar.upload import Uploader, UploadThread
 from sidecar.vllm_metrics import HttpMetricsSource, MetricsScrape, MetricsSource, take_scrape
 from sidecar.vllm_metrics.custom import custom_reader
 
@@ -108,14 +108,15 @@ def retention_of(config: Config) -> Retention:
 
 def open_uploader(config: Config, store: Store) -> UploadThread | None:
     """The uploads of `upload.url` over the store's folders; None when it is not set. s3fs is
-    imported here, so a daemon that uploads nothing never loads it."""
+    imported here, so a daemon that uploads nothing never loads it. Nothing on disk is touched:
+    on a reload the running thread may still be staging a row here; the staging a killed
+    uploader left is removed when the thread starts (UploadThread.start)."""
     u = config.upload
     if u.url is None:
         return None
     from sidecar.objectstore import open_object_store
 
     remote = open_object_store(u)
-    remove_staging(store.dir)
     return UploadThread(Uploader(store, remote, u.backoff_s, u.backoff_max_s))
 
 

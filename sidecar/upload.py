@@ -330,7 +330,13 @@ class UploadThread:
         self._wake, self._stop = threading.Event(), threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
+    def start(self, clean_staging: bool = True) -> None:
+        """Start the thread; first remove the staging a killed uploader left in the store's
+        `.uploads/` (`clean_staging`), which only the caller knows to be safe: no other
+        thread of this process uploads that folder any more (at start, or after a reload's
+        old thread ended)."""
+        if clean_staging:
+            remove_staging(self.uploader.store.dir)
         self._thread = threading.Thread(target=self._run, name="uploader", daemon=True)
         self._thread.start()
 
@@ -392,6 +398,7 @@ def stop_all(
 
 
 def remove_staging(host_dir: Path) -> None:
-    """What a killed uploader left: its staging folders (`.uploads/.upload-*`)."""
+    """What a killed uploader left: its staging folders (`.uploads/.upload-*`). Never while
+    an upload thread over `host_dir` runs: it may be putting a row staged there."""
     for path in (Path(host_dir) / MARKERS_DIR).glob(".upload-*"):
         shutil.rmtree(path, ignore_errors=True)

@@ -632,8 +632,8 @@ class StuckUploads:
     def status(self) -> str:
         return "status"
 
-    def start(self) -> None:
-        self.log.append(("start", self.name, 0.0))
+    def start(self, clean_staging: bool = True) -> None:
+        self.log.append(("start" if clean_staging else "start, staging kept", self.name, 0.0))
 
     def wake(self) -> None:
         pass
@@ -709,4 +709,5 @@ def test_a_reload_stops_the_replaced_upload_threads_together_before_any_new_one_
     at_reload = log[3:9]  # after the three first starts, before the three new ones
     assert [e[0] for e in at_reload] == ["request_stop"] * 3 + ["join"] * 3
     assert sum(timeout for _, _, timeout in at_reload) == 30.0
-    assert [e[0] for e in log[9:12]] == ["start"] * 3
+    # the old threads never ended: their staging is left for the next start to remove
+    assert [e[0] for e in log[9:12]] == ["start, staging kept"] * 3

@@ -252,6 +252,65 @@ def test_stop_all_asks_every_thread_then_waits_and_returns_none_running(tmp_path
     assert UploadThread(uploader(real_output(tmp_path / "c"), Remote())).join(0)  # never started
 
 
+class RowHeld(Remote):
+    """Holds the first row's put (staged in `.uploads/.upload-*`) until `release` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reached, self.release = threading.Event(), threading.Event()
+
+    def put(self, local: Path, key: str) -> None:
+        if key.endswith(ROW_NAME) and not self.release.is_set():
+            self.reached.set()
+            assert self.release.wait(30)
+        super().put(local, key)
+
+
+def test_a_reload_opening_a_new_uploader_leaves_the_running_threads_staging_alone(
+    store: SnapshotStore,
+) -> None:
+    """The reload race: the running thread has staged a row and is putting it when SIGHUP
+    opens the new config's uploader. Opening it touches nothing on disk, so the row is put and
+    the folder confirmed without a failure; the staging goes when the new thread starts."""
+    from sidecar.config import Config
+    from sidecar.parts import open_uploader
+
+    remote = RowHeld()
+    up = uploader(store, remote)
+    confirmed = threading.Event()
+    up.on_change = lambda status: confirmed.set() if status.uploaded_total else None
+    thread = UploadThread(up, poll_s=3600)
+    thread.start()
+    try:
+        assert remote.reached.wait(30)
+        staged = list((store.dir / MARKERS_DIR).glob(".upload-*/" + ROW_NAME))
+        assert len(staged) == 1
+        new = open_uploader(Config(upload=UploadConfig(url="s3://bucket/p")), store)  # s3fs: no I/O
+        assert new is not None and staged[0].is_file()
+        remote.release.set()
+        assert confirmed.wait(30)
+    finally:
+        remote.release.set()
+        thread.stop()
+    assert up.failures_total == 0 and up.uploaded_total >= 1
+
+
+def test_a_starting_thread_removes_stale_staging_unless_told_another_may_use_it(
+    store: SnapshotStore,
+) -> None:
+    stale = store.dir / MARKERS_DIR / ".upload-killed"
+    stale.mkdir(parents=True)
+    (stale / ROW_NAME).write_bytes(b"row of a killed uploader")
+    thread = UploadThread(uploader(store, Remote()), poll_s=3600)
+    thread.start(clean_staging=False)  # a reload's old thread is still busy: left alone
+    thread.stop()
+    assert stale.is_dir()
+    thread = UploadThread(uploader(store, Remote()), poll_s=3600)
+    thread.start()
+    thread.stop()
+    assert not stale.exists()
+
+
 # ---------------------------------------------------------------- config, exporter, doctor
 
 
