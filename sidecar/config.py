@@ -59,6 +59,13 @@ class TargetConfig:
     # With `targets:`: how often the entries are rediscovered for servers that came or went
     # (a /proc scan: about 0.2 ms of CPU per process on the host, measured here).
     rescan_s: float = field(default=5.0, metadata=unit(u.SECONDS, positive=True))
+    # With `targets:`: a server down (gone, not found again) this long is dropped from the
+    # exporter, so that one removed for good stops showing `target_up 0` and firing
+    # VllmTargetDown; its folder and snapshots stay, and it is exported again if it returns.
+    # None: never.
+    forget_after_s: float | None = field(
+        default=3600.0, metadata=unit(u.SECONDS, optional=True, positive=True)
+    )
 
 
 @dataclass(frozen=True, slots=True)

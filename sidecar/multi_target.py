@@ -12,7 +12,8 @@ Servers come and go without a restart: the known ones are checked every tick (TI
 0.2 ms of CPU per process on the host, so not every tick). A server that goes away is marked
 down (its gap recorded in its own index, `target_up 0`, its window gauges dropped); one found
 again under the same name continues its folder, schedule and counters (`target_restarts` + 1);
-a new one gets a deployment of its own.
+a new one gets a deployment of its own. One down longer than `target.forget_after_s` (1 h) is
+dropped from the exporter, its folder kept, so a server removed for good stops alerting.
 
 The CPU budget is shared by taking windows in turn: the loop runs one window at a time, the
 deployment whose deadline comes first, so at most one py-spy runs at any moment, and each
@@ -67,6 +68,8 @@ class Member:
     planned: PlannedWindow | None = None
     restarts: int = 0
     down_since: float | None = None  # wall seconds; None while up
+    down_clock: float | None = None  # the same moment on the monotonic clock
+    forgotten: bool = False  # down past target.forget_after_s: not in the exporter
     down_reason: str = ""
     lost: Deployment | None = None  # the run last lost, until another is found
 
@@ -237,6 +240,10 @@ class MultiTargetDaemon(Daemon):
         else:
             schedule.begin()
         m.target, m.id, m.down_since, m.lost, m.planned = target, ident, None, None, None
+        m.down_clock = None
+        if m.forgotten:  # back after being dropped: its series (and counters) again
+            m.forgotten = False
+            self.group.add(m.id.name, m.state)
         self._by_root[target.root.key] = m.id.name
         m.state.instance_labels = {"root_start": str(target.root.start_time)}
         m.state.update_target(True, m.restarts, None)
@@ -247,12 +254,32 @@ class MultiTargetDaemon(Daemon):
         for m in self.members.values():
             if m.target is not None and not self._alive(m.target):
                 self._down(m, "the target is gone")
+        self._forget_long_down()
+
+    def _forget_long_down(self) -> None:
+        """Drop from the exporter the deployments down longer than target.forget_after_s: a
+        server removed for good stops showing `target_up 0` (and firing VllmTargetDown). Its
+        folder, index (the gap stays open) and upload backlog are kept, and so is its member:
+        found again, it is exported again with its counters."""
+        after = self.config.target.forget_after_s
+        if after is None:
+            return
+        for m in self.members.values():
+            if (
+                m.down_clock is not None
+                and not m.forgotten
+                and self.clock() - m.down_clock >= after
+            ):
+                m.forgotten = True
+                self.group.remove(m.id.name)
+                log.info("deployment %s: down for %g s (target.forget_after_s): its series are "
+                         "no longer exported; its folder is kept", m.id.name, after)  # fmt: skip
 
     def _down(self, m: Member, reason: str) -> None:
         assert m.target is not None
         self._by_root.pop(m.target.root.key, None)
         m.lost, m.target, m.planned = m.target, None, None
-        m.down_since, m.down_reason = self.wall(), reason
+        m.down_since, m.down_clock, m.down_reason = self.wall(), self.clock(), reason
         m.parts.store.record_gap(m.down_since, None, reason)  # open until it is found again
         m.state.update_target(False, m.restarts, m.down_since)
         m.state.clear_snapshot()

@@ -168,6 +168,11 @@ class ExporterGroup:
         with self._lock:
             self._members = {**self._members, name: state}
 
+    def remove(self, name: str) -> None:
+        """Drop a member's series from the endpoint (a deployment gone for good)."""
+        with self._lock:
+            self._members = {k: v for k, v in self._members.items() if k != name}
+
     def states(self) -> tuple[ExporterState, ...]:
         members = self._members  # replaced whole: one read is consistent
         return (self.daemon, *(members[name] for name in sorted(members)))

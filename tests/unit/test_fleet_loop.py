@@ -711,3 +711,79 @@ def test_a_reload_stops_the_replaced_upload_threads_together_before_any_new_one_
     assert sum(timeout for _, _, timeout in at_reload) == 30.0
     # the old threads never ended: their staging is left for the next start to remove
     assert [e[0] for e in log[9:12]] == ["start, staging kept"] * 3
+
+
+# ---------------------------------------------------------------- a server removed for good
+
+
+def target_up(d: MultiTargetDaemon) -> dict[str, float]:
+    return {labels["deployment"]: v for labels, v in samples(d, "vllm_sidecar_target_up")}
+
+
+def test_a_server_down_past_forget_after_leaves_the_exporter_and_keeps_its_folder() -> None:
+    """m@8001 stops for good: `target_up 0` while it may come back, then after
+    target.forget_after_s none of its series (so VllmTargetDown resolves); its store and open
+    gap are kept. The default is an hour."""
+    assert Config().target.forget_after_s == 3600
+    host = Host()
+    one, two = server(100, 8000), server(200, 8001)
+    host.start(one)
+    host.start(two)
+    host.at(T0 + 75, lambda: host.stop(two))
+    config = replace(FLEET, target=replace(FLEET.target, forget_after_s=600.0))
+    d = fleet(host, config)
+    seen: dict[float, dict[str, float]] = {}
+
+    def look(when: float) -> None:
+        host.at(when, lambda: seen.__setitem__(when, target_up(d)))
+
+    look(T0 + 600)  # down 525 s: still exported as down
+    look(T0 + 700)  # down 625 s: forgotten
+    host.stop_at(T0 + 800)
+    d.serve()
+    assert seen[T0 + 600] == {"m@8000": 1, "m@8001": 0}
+    assert seen[T0 + 700] == {"m@8000": 1}
+    exported = {labels.get("deployment") for family in SidecarCollector(d.group).collect()
+                for labels in (s.labels for s in family.samples)}  # fmt: skip
+    assert "m@8001" not in exported and "m@8000" in exported
+    gone = host.stores["m@8001"]
+    assert len(gone.written) == 2 and gone.gaps[0]["from"] == iso(T0 + 80)
+    assert "m@8001" in d.members  # its folder and upload backlog go on
+
+
+def test_a_forgotten_server_that_comes_back_is_exported_again_with_its_counters() -> None:
+    host = Host()
+    first, again = server(100, 8000), server(500, 8000)
+    host.start(first)
+    host.at(T0 + 75, lambda: host.stop(first))
+    host.at(T0 + 1000, lambda: host.start(again))
+    config = replace(FLEET, target=replace(FLEET.target, forget_after_s=600.0))
+    d = fleet(host, config)
+    host.stop_at(T0 + 1100)
+    d.serve()
+    assert target_up(d) == {"m@8000": 1}
+    [(_, restarts)] = samples(d, "vllm_sidecar_target_restarts")
+    assert restarts == 1
+
+
+def test_forget_after_off_keeps_a_down_server_exported() -> None:
+    host = Host()
+    host.start(server(100, 8000))
+    two = server(200, 8001)
+    host.start(two)
+    host.at(T0 + 75, lambda: host.stop(two))
+    config = replace(FLEET, target=replace(FLEET.target, forget_after_s=None))
+    d = fleet(host, config)
+    host.stop_at(T0 + 3 * 3600)
+    d.serve()
+    assert target_up(d) == {"m@8000": 1, "m@8001": 0}
+
+
+def test_forget_after_is_a_duration_or_null(tmp_path: Path) -> None:
+    path = write_config(tmp_path / "c.yaml", extra="target:\n  forget_after_s: 2h\n")
+    assert load_config(path, {}).target.forget_after_s == 7200
+    path = write_config(tmp_path / "c.yaml", extra="target:\n  forget_after_s: null\n")
+    assert load_config(path, {}).target.forget_after_s is None
+    env = {"VLLM_SIDECAR_TARGET_FORGET_AFTER_S": "0"}
+    with pytest.raises(ConfigError, match=r"target\.forget_after_s"):
+        load_config(None, env)
