@@ -186,9 +186,13 @@ class Daemon:
             partial = result.snapshot.window.partial_reason if result else None
             self._target_lost(partial or "the target exited")
 
-    def _collect(self, target: Deployment) -> WindowResult | None:
-        """The window's snapshot, or None when a reader raised: that is counted, unless it is a
-        bug (re-raised) or the first attach failing on a live target (a failed start)."""
+    def _collect(
+        self, target: Deployment, failures: FailureTally | None = None
+    ) -> WindowResult | None:
+        """The window's snapshot, or None when a reader raised: that is counted in `failures`
+        (default: the daemon's; a fleet's: the deployment's), unless it is a bug (re-raised)
+        or the daemon's very first attach failing on a live target (a failed start: ptrace is
+        the host's, not one server's)."""
         first = not self._had_window
         try:
             collector = self._make_collector(target, first)
@@ -198,7 +202,8 @@ class Daemon:
             start_failed = first and isinstance(exc, AttachError | SamplerError)
             if kind is None or (start_failed and self._alive(target)):
                 raise
-            self.failures.failed(Failure(kind, str(exc) or type(exc).__name__))
+            tally = self.failures if failures is None else failures
+            tally.failed(Failure(kind, str(exc) or type(exc).__name__))
             return None
         self._had_window = True
         return result

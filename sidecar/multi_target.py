@@ -37,9 +37,9 @@ from typing import Any
 from sidecar.config import Config, check_fleet_target
 from sidecar.daemon import TICK_S, Daemon, Wake, keep_window, start_uploads
 from sidecar.discovery import Deployment, DeploymentId, deployment_id, find_all
-from sidecar.errors import AttachError, SamplerError, SidecarError
+from sidecar.errors import AttachError, SidecarError
 from sidecar.exporter import ExporterGroup, ExporterState
-from sidecar.failures import Failure, FailureTally, classify
+from sidecar.failures import FailureTally
 from sidecar.parts import Builders, Parts, Store, WindowCollector, WindowResult, build_parts
 from sidecar.parts import real_collector as _real_collector
 from sidecar.schedule import PlannedWindow
@@ -317,24 +317,13 @@ class MultiTargetDaemon(Daemon):
             self._down(m, partial or "the target exited")
 
     def _collect_member(self, m: Member, target: Deployment) -> WindowResult | None:
-        """As Daemon._collect, over the member's parts: the daemon's very first window failing
-        to attach to a live server is a failed start (ptrace is the host's, not the server's)."""
-        first = not self._had_window
+        """Daemon._collect over the member's parts (`_collector` reads them from `_current`),
+        its failures counted on the member."""
         self._current = m
         try:
-            collector = self._make_collector(target, first)
-            result = collector.collect(self.config.schedule.window_s, self._should_stop)
-        except Exception as exc:
-            kind = classify(exc)
-            start_failed = first and isinstance(exc, AttachError | SamplerError)
-            if kind is None or (start_failed and self._alive(target)):
-                raise
-            m.failures.failed(Failure(kind, str(exc) or type(exc).__name__))
-            return None
+            return self._collect(target, m.failures)
         finally:
             self._current = None
-        self._had_window = True
-        return result
 
     def _collector(self, target: Deployment, first: bool) -> WindowCollector:
         m = self._current

@@ -135,8 +135,7 @@ def fleet(host: Host, config: Config = FLEET, **kw: Any) -> MultiTargetDaemon:
         builders=builders(FakeStore(), deployment_store=store),
         find_all_targets=host.find_all,
         alive=host.alive,
-        make_collector=host.collector,
-        **kw,
+        **({"make_collector": host.collector} | kw),
     )
     host.daemon = d
     return d
@@ -787,3 +786,56 @@ def test_forget_after_is_a_duration_or_null(tmp_path: Path) -> None:
     env = {"VLLM_SIDECAR_TARGET_FORGET_AFTER_S": "0"}
     with pytest.raises(ConfigError, match=r"target\.forget_after_s"):
         load_config(None, env)
+
+
+# ---------------------------------------------------------------- a window that raises
+
+
+class Raising:
+    """A collector whose window raises `error` (for `name` only; the others run as usual)."""
+
+    def __init__(self, host: Host, name: str, error: Exception) -> None:
+        self.host, self.name, self.error = host, name, error
+        self.firsts: list[bool] = []
+
+    def __call__(self, target: Deployment, first: bool) -> Any:
+        self.firsts.append(first)
+        if deployment_id(target).name == self.name:
+            raise self.error
+        return Collector(self.host, target)
+
+
+def failures(d: MultiTargetDaemon, kind: str) -> dict[str, float]:
+    return {labels["deployment"]: v for labels, v in samples(d, "vllm_sidecar_window_failures")
+            if labels["kind"] == kind}  # fmt: skip
+
+
+def test_a_window_that_raises_is_counted_on_its_own_deployment_and_the_loop_goes_on() -> None:
+    host = Host()
+    host.start(server(100, 8000))
+    host.start(server(200, 8001))
+    collector = Raising(host, "m@8001", OSError(5, "Input/output error"))
+    d = fleet(host, make_collector=collector)
+    host.stop_at(T0 + 2 * INTERVAL + 30)
+    d.serve()
+    assert len(host.stores["m@8000"].written) == 3 and host.stores["m@8001"].written == []
+    # the daemon's own state (deployment "") has none; the healthy deployment none
+    assert failures(d, "reader") == {"": 0, "m@8000": 0, "m@8001": 3}
+    assert collector.firsts[0] is True and not any(collector.firsts[2:])
+
+
+def test_the_daemons_first_window_failing_to_attach_to_a_live_server_is_a_failed_start() -> None:
+    """ptrace is the host's, not one server's: the first window of all refused is exit 4."""
+    host = Host()
+    host.start(server(100, 8000))
+    d = fleet(host, make_collector=Raising(host, "m@8000", AttachError("ptrace refused")))
+    with pytest.raises(AttachError, match="ptrace refused"):
+        d.serve()
+
+
+def test_a_bug_in_a_window_is_not_counted_but_raised() -> None:
+    host = Host()
+    host.start(server(100, 8000))
+    d = fleet(host, make_collector=Raising(host, "m@8000", KeyError("a bug")))
+    with pytest.raises(KeyError):
+        d.serve()
