@@ -161,13 +161,30 @@ def _indexed_host(folder: Path) -> str | None:
 def _local(source: Path, note: Note) -> tuple[pa.Table, list[Folder]]:
     tables, found = [], []
     for host, folder in local_host_folders(source):
+        # A fleet daemon's deployment folder (its index.json names the host): its snapshots
+        # are named `<deployment>/<UTC ts>`, as another deployment's may share the second.
+        where = folder.name if _indexed_host(folder) else ""
         table = load_table(folder, note)
-        tables.append(_with_host(table, host))
+        tables.append(_with_host(_qualified(table, where), host))
         for name in sorted(snapshot_folders(folder)):
             stacks = folder / name / STACKS_NAME
-            found.append(Folder(host, name, str(folder / name / SUMMARY_NAME),
+            found.append(Folder(host, _name(where, name), str(folder / name / SUMMARY_NAME),
                                 str(stacks) if stacks.is_file() else None))  # fmt: skip
     return pa.concat_tables(tables, promote_options="permissive"), found
+
+
+def _name(where: str, name: str) -> str:
+    """A snapshot's name within its host: `<deployment>/<name>` where the host has several
+    deployments' folders (two of them may write in the same second), else its folder name."""
+    return f"{where}/{name}" if where else name
+
+
+def _qualified(table: pa.Table, where: str) -> pa.Table:
+    """TABLE with its names qualified by WHERE (`_name`)."""
+    if not where or not table.num_rows:
+        return table
+    names = pa.array([_name(where, n) for n in table["name"].to_pylist()], pa.string())
+    return table.set_column(table.schema.get_field_index("name"), "name", names)
 
 
 def _with_host(table: pa.Table, host: str) -> pa.Table:
@@ -208,8 +225,9 @@ def _remote(source: str, note: Note) -> tuple[pa.Table, list[Folder], AbstractFi
             "the endpoint and the credentials (AWS_PROFILE, AWS_ACCESS_KEY_ID and "
             "AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL)"
         ) from None
-    files: dict[tuple[str, str], dict[str, str]] = {}  # (host, folder) -> file name -> URL
-    tables: dict[str, list[str]] = {}  # host -> its table's files
+    # (host, where, folder) -> file name -> URL; `where` tells a host's deployments apart
+    files: dict[tuple[str, str, str], dict[str, str]] = {}
+    tables: dict[tuple[str, str], list[str]] = {}  # (host, where) -> its table's files
     for path in paths:
         rel = path[len(root) :].lstrip("/").split("/") if path.startswith(root) else []
         if not rel:
@@ -217,22 +235,34 @@ def _remote(source: str, note: Note) -> tuple[pa.Table, list[Folder], AbstractFi
         host = _host_of(rel)
         part = len(rel) > 1 and rel[-2] == PARTS_DIR and rel[-1].endswith(".parquet")
         if rel[-1] == TABLE_NAME or part:
-            tables.setdefault(host, []).append(fs.unstrip_protocol(path))
+            where = _where_of(rel[: -2 if part else -1])
+            tables.setdefault((host, where), []).append(fs.unstrip_protocol(path))
         elif len(rel) > 1 and SNAPSHOT_NAME.match(rel[-2]):
-            files.setdefault((host, rel[-2]), {})[rel[-1]] = fs.unstrip_protocol(path)
-    found = [
-        Folder(host, name, got[SUMMARY_NAME], got.get(STACKS_NAME), got.get(ROW_NAME))
-        for (host, name), got in sorted(files.items())
-        if SUMMARY_NAME in got
-    ]
+            key = (host, _where_of(rel[:-2]), rel[-2])
+            files.setdefault(key, {})[rel[-1]] = fs.unstrip_protocol(path)
+    found = []
+    for (host, where, n), got in sorted(files.items()):
+        if SUMMARY_NAME in got:
+            folder = Folder(host, _name(where, n), got[SUMMARY_NAME], got.get(STACKS_NAME),
+                            got.get(ROW_NAME))  # fmt: skip
+            found.append((where, folder))
     if not found:
         raise InputError(f"no snapshot folders (*/summary.json) under {source}: {SOURCE_HELP}")
-    hosts = sorted({f.host for f in found})
-    parts = [
-        _remote_table(fs, h, tables.get(h, []), [f for f in found if f.host == h], note)
-        for h in hosts
-    ]
-    return pa.concat_tables(parts, promote_options="permissive"), found, fs
+    parts = []
+    for h, w in sorted({(f.host, where) for where, f in found}):
+        members = [f for where, f in found if (f.host, where) == (h, w)]
+        parts.append(_remote_table(fs, h, w, tables.get((h, w), []), members, note))
+    return pa.concat_tables(parts, promote_options="permissive"), [f for _, f in found], fs
+
+
+def _where_of(dirs: list[str]) -> str:
+    """Which of a host's deployments the folders DIRS lead to: the `deployment=` partition
+    (the uploader's layout) or the folder under the host's (a synced fleet output folder),
+    never the `date=` partition; "" for a host with one output folder."""
+    start = next((i + 1 for i, d in enumerate(dirs) if d.startswith("host=")), 1)
+    kept = [unquote(d.removeprefix("deployment=")) for d in dirs[start:]
+            if not d.startswith("date=")]  # fmt: skip
+    return "/".join(kept)
 
 
 def _host_of(rel: list[str]) -> str:
@@ -244,17 +274,25 @@ def _host_of(rel: list[str]) -> str:
 
 
 def _remote_table(
-    fs: AbstractFileSystem, host: str, urls: list[str], folders: list[Folder], note: Note
+    fs: AbstractFileSystem,
+    host: str,
+    where: str,
+    urls: list[str],
+    folders: list[Folder],
+    note: Note,
 ) -> pa.Table:
-    """The host's rows: from its table files (a synced output folder), from each folder's
-    `row.parquet` (the uploader's), and the rows still missing from the summaries."""
+    """The rows of a host's folders under WHERE: from its table files (a synced output
+    folder), from each folder's `row.parquet` (the uploader's), and the rows still missing from
+    the summaries; their names qualified by WHERE (`_name`), as the folders' are."""
     ordered = sorted(urls, key=lambda u: (not u.endswith("/" + TABLE_NAME), u))
-    read = [t for t in (_read_rows(fs, url, note) for url in ordered) if t is not None]
+    read = [_qualified(t, where) for t in (_read_rows(fs, url, note) for url in ordered)
+            if t is not None]  # fmt: skip
     have = _latest(pa.concat_tables(read, promote_options="permissive")) if read else None
     names = set(have["name"].to_pylist()) if have is not None else set()
     with_row = [f for f in folders if f.name not in names and f.row]
     with ThreadPoolExecutor(max_workers=16) as pool:
-        rows_read = [t for t in pool.map(lambda f: _read_rows(fs, f.row or "", note), with_row)
+        rows_read = [_qualified(t, where)
+                     for t in pool.map(lambda f: _read_rows(fs, f.row or "", note), with_row)
                      if t is not None]  # fmt: skip
     if rows_read:
         more = pa.concat_tables(rows_read, promote_options="permissive")
@@ -270,8 +308,8 @@ def _remote_table(
         if (f.host, f.name) in got:
             rows.append(summary_row(got[(f.host, f.name)], name=f.name))
     if rows:
-        note(f"{host}: {len(rows)} rows rebuilt from their summaries (not saved: the bucket "
-             "is the uploader's)")  # fmt: skip
+        note(f"{_name(host, where)}: {len(rows)} rows rebuilt from their summaries (not "
+             "saved: the bucket is the uploader's)")  # fmt: skip
     new = rows_to_table(rows)
     table = new if have is None else pa.concat_tables([have, new], promote_options="permissive")
     return _with_host(table, host)

@@ -140,7 +140,9 @@ def test_an_fsspec_url_reads_the_same_fleet(tmp_path: Path, memory_root: str) ->
     notes: list[str] = []
     remote = aggregate(load_fleet([memory_root], notes.append), None, None, notes.append)
     assert [n for n in notes if "rebuilt" in n] == [
-        "host-b: 8 rows rebuilt from their summaries (not saved: the bucket is the uploader's)"
+        f"host-b/{d}: {n} rows rebuilt from their summaries (not saved: the bucket is the "
+        "uploader's)"
+        for d, n in (("tiny@59399", 5), (OTHER_PORT, 3))
     ]
     for role, shares in local.fleet.shares.items():  # DuckDB sums in parallel: to the ulp
         assert remote.fleet.shares[role] == pytest.approx(shares, abs=1e-12)
@@ -212,3 +214,52 @@ def test_a_garbled_stacks_file_names_the_fix(tmp_path: Path) -> None:
         InputError, match=r"cannot read the stacks .*20261201T141110Z.*: remove or re-upload"
     ):
         _report(sources)
+
+
+def _fleet_daemon_layout(root: Path) -> Path:
+    """A fleet daemon's output (OUT/<host>/<deployment>/, each with an index.json naming the
+    host): two deployments whose windows were written in the same second, so their folders
+    have the same name."""
+    host = root / "out" / "host-x"
+    for src, dep in ((STEADY[0], "tiny@8001"), (PREFILL[0], "tiny@8002")):
+        folder = host / dep
+        folder.mkdir(parents=True)
+        (folder / "index.json").write_text(json.dumps({"host": "host-x", "deployment": dep}))
+        copy(src, folder, dep, name="20261201T120000Z")
+    return root / "out"
+
+
+def test_two_deployments_writing_in_the_same_second_are_both_read(tmp_path: Path) -> None:
+    notes: list[str] = []
+    report = aggregate(load_fleet([str(_fleet_daemon_layout(tmp_path))], notes.append), None,
+                       None, notes.append)  # fmt: skip
+    assert not [n for n in notes if "two sources" in n], notes
+    assert report.fleet.windows == 2
+    assert sorted((d.key[1], d.windows) for d in report.deployments) == [
+        ("tiny@8001", 1), ("tiny@8002", 1)]  # fmt: skip
+    steady, prefill = read_summary(STEADY[0]), read_summary(PREFILL[0])
+    n = steady.role_samples["worker"] + prefill.role_samples["worker"]
+    forward = (steady.by_role["worker"]["forward"] * steady.role_samples["worker"]
+               + prefill.by_role["worker"]["forward"] * prefill.role_samples["worker"]) / n  # fmt: skip
+    assert report.fleet.shares["worker"]["forward"] == pytest.approx(forward, abs=1e-12)
+
+
+def test_the_same_in_the_uploaders_layout_keeps_each_deployments_files(
+    tmp_path: Path, memory_root: str
+) -> None:
+    """host=<host>/deployment=<d>/date=<day>/<snapshot>/: the same snapshot name under two
+    deployments is two folders, not one folder with files of both."""
+    fs = fsspec.filesystem("memory")
+    for dep_dir in sorted((_fleet_daemon_layout(tmp_path) / "host-x").iterdir()):
+        for folder in dep_dir.iterdir():
+            if folder.is_dir():
+                prefix = f"{memory_root}/host=host-x/deployment={dep_dir.name}/date=2026-12-01"
+                for f in folder.iterdir():
+                    fs.pipe(f"{prefix}/{folder.name}/{f.name}", f.read_bytes())
+    notes: list[str] = []
+    local = _report([tmp_path / "out"])
+    remote = aggregate(load_fleet([memory_root], notes.append), None, None, notes.append)
+    assert remote.fleet.windows == 2
+    assert [d.key for d in remote.deployments] == [d.key for d in local.deployments]
+    for role, shares in local.fleet.shares.items():
+        assert remote.fleet.shares[role] == pytest.approx(shares, abs=1e-12)
