@@ -82,7 +82,9 @@ custom_metrics:
     assert tokens.window_s == pytest.approx(serving.window_s)
     # The vLLM gauge: every scrape of the window, the segment boundaries' included.
     assert running.kind == "mean" and running.value is not None and running.value >= 0
-    assert running.samples == summary.sampling.segments + 1 >= 3, running
+    # (how many segments a 6 s window of 2 s segments gets depends on how soon py-spy attached:
+    # one of 9.3 s when the runner was starved of CPU; the count, not the timing, is asserted)
+    assert running.samples == summary.sampling.segments + 1 >= 2, running
     # The router: exactly what changed inside the window.
     assert routed_m.kind == "rate" and routed_m.source == router and routed_m.window_s
     assert routed_m.value * routed_m.window_s == pytest.approx(ROUTED_IN_WINDOW)
