@@ -18,14 +18,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from sidecar.compare import (
-    _LATENCIES,
-    _RATES,
     GROUPS,
-    MIN_BUSY_SHARE,
-    MIN_COST_SAMPLES,
-    MIN_SAMPLES,
-    MIN_SHARE,
+    LATENCIES,
     ONE_WINDOW,
+    RATES,
     ROLES,
     WAITING,
     Change,
@@ -34,9 +30,12 @@ from sidecar.compare import (
     Side,
     Unit,
     Workload,
-    _change,
+    change_of,
+    costed,
     merge,
+    share_change,
     units_of,
+    windows_change,
 )
 from sidecar.records import Phase
 from sidecar.records.summary import SnapshotSummary
@@ -119,7 +118,7 @@ def profile(summaries: Iterable[SnapshotSummary]) -> Profile:
             _add(out.units, unit)
         # A window of one unit (the fleet sums its segments) is its own window unit.
         _add(out.by_window, pairs[0] if len(units) == 1 else _pairs(merge(units)))
-        for _, attr in _LATENCIES:
+        for _, attr in LATENCIES:
             v = getattr(s.serving, attr)
             if v is not None:
                 _sums(out.values, ("value", attr)).add(v, 1.0)
@@ -171,7 +170,7 @@ def _pairs(u: Unit) -> list[tuple[Key, float, float]]:
             out.append(((kind, role, "all"), cpu, per))
             out += [((kind, role, phase), cpu * counts.get(phase, 0) / busy if busy else 0.0, per)
                     for phase in BUSY]  # fmt: skip
-    for _, attr in _RATES:
+    for _, attr in RATES:
         v = getattr(u, attr)
         if v is not None and u.span_s:
             out.append((("rate", attr), v, u.span_s))
@@ -218,22 +217,9 @@ def _shares(ua: dict[Key, Sums], ub: dict[Key, Sums]) -> list[Change]:
             # Every unit of a side is a pair, (0, 0) where the role has no samples: n is theirs.
             sa, sb = (replace(_get(t, "share", role, name), n=_get(t, "units").n)
                       for t in (ua, ub))  # fmt: skip
-            a, b = sa.ratio(), sb.ratio()
-            if max(a.value or 0.0, b.value or 0.0) < MIN_SHARE:
-                continue
-            hits = sa.y + sb.y
-            if hits < MIN_SAMPLES:
-                change = None if a.value is None or b.value is None else b.value - a.value
-                out.append(Change("share", role, name, a.value, b.value, "pp", change,
-                                  note=f"{hits:.0f} samples: too few to test"))  # fmt: skip
-                continue
-            pooled = hits / max(sa.x + sb.x, 1)
-            floored = [
-                Ratio(r.value, None if r.var is None else max(r.var, pooled * (1 - pooled) / n
-                                                              if n else 0.0), r.n)
-                for r, n in ((a, sa.x), (b, sb.x))
-            ]  # fmt: skip
-            out.append(_change("share", role, name, floored[0], floored[1], log=False))
+            found = share_change(role, name, sa.ratio(), sb.ratio(), sa.y + sb.y, (sa.x, sb.x))
+            if found is not None:
+                out.append(found)
     return out
 
 
@@ -247,38 +233,27 @@ def _cpu(ca: dict[Key, Sums], cb: dict[Key, Sums], kind: str) -> list[Change]:
         for phase in BUSY:
             hits = [_get(t, "share", role, phase).y for t in (ca, cb)]
             shares = [h / n if n > 0 else 0.0 for h, n in zip(hits, busy, strict=True)]
-            if max(shares) >= MIN_BUSY_SHARE and min(hits) >= MIN_COST_SAMPLES:
+            if costed(shares, hits):
                 phases.append(phase)
         for name in phases:
             a, b = (_get(t, kind, role, name).ratio() for t in (ca, cb))
-            out.append(_change(kind, role, name, a, b, log=True))
+            out.append(change_of(kind, role, name, a, b, log=True))
     return out
 
 
 def _rates(ca: dict[Key, Sums], cb: dict[Key, Sums]) -> list[Change]:
-    return [_change("serving", None, name, _get(ca, "rate", attr).ratio(),
-                    _get(cb, "rate", attr).ratio(), log=True)
-            for name, attr in _RATES]  # fmt: skip
+    return [change_of("serving", None, name, _get(ca, "rate", attr).ratio(),
+                      _get(cb, "rate", attr).ratio(), log=True)
+            for name, attr in RATES]  # fmt: skip
 
 
 def _latencies(a: Profile, b: Profile) -> list[Change]:
     out = []
-    for name, attr in _LATENCIES:
+    for name, attr in LATENCIES:
         va, vb = _get(a.values, "value", attr), _get(b.values, "value", attr)
-        ma = va.y / va.n if va.n else None
-        mb = vb.y / vb.n if vb.n else None
-        value = mb / ma if ma and mb is not None else None
-        if va.n < 2 or vb.n < 2:
-            out.append(Change("serving", None, name, ma, mb, "ratio", value,
-                              note="one window on a side: not tested"))  # fmt: skip
-            continue
-        la, lb = _get(a.values, "log", attr), _get(b.values, "log", attr)
-        if la.n < 2 or lb.n < 2:
-            out.append(Change("serving", None, name, ma, mb, "ratio", value,
-                              note="zero on a side"))  # fmt: skip
-            continue
-        test = _change("serving", None, name, la.ratio(), lb.ratio(), log=False)
-        out.append(replace(test, a=ma, b=mb, scale="ratio", change=value))
+        means = (va.y / va.n if va.n else None, vb.y / vb.n if vb.n else None)
+        logs = (_get(a.values, "log", attr).ratio(), _get(b.values, "log", attr).ratio())
+        out.append(windows_change(name, means, (va.n, vb.n), logs))
     return out
 
 
