@@ -237,14 +237,19 @@ def background_load(
     concurrency: int = 8,
     seed: int = 0,
 ) -> Iterator[BackgroundLoad]:
-    """Run `run_load` in a thread while the body profiles the server; on exit, join the thread
-    (the load is bounded by `duration_s`), so no client outlives the block."""
+    """The load generator as a process of its own (`run_load_process`) while the body profiles
+    the server; a thread here only waits for its result. On exit the thread is joined (the load
+    is bounded by `duration_s`), so no client outlives the block.
+
+    Not `run_load` in a thread of the caller: the caller (a test, a sidecar under test) may sit
+    in a starved scheduling group, as CI's runner session is (devtools/sidecar_proc.py), and its
+    client threads then sent nothing for a whole window (CI-like: 0 tokens in 6.6 s)."""
     _workload(workload)  # fail here, in the caller's thread, on a bad name
     handle = BackgroundLoad()
 
     def target() -> None:
         try:
-            handle.result = run_load(base_url, workload, duration_s, concurrency, seed)
+            handle.result = run_load_process(base_url, workload, duration_s, concurrency, seed)
         except BaseException as error:  # handed to the caller, not lost in the thread
             handle.error = error
         finally:

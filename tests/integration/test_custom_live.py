@@ -1,45 +1,60 @@
-"""Custom metrics, live: one `snapshot` window of the real vLLM CPU server with a vLLM counter and
-a vLLM gauge as custom metrics, a second URL served by prometheus_client's own HTTP server in
-this process (a "router"), and a URL where nothing listens.
+"""Custom metrics, live: one `vllm-sidecar snapshot` window of the real vLLM CPU server with a
+vLLM counter and a vLLM gauge as custom metrics, a second URL served by an operator's own
+service (devtools/step_exporter.py, prometheus_client's HTTP server), and a URL where nothing
+listens.
 
-The router's values change only in the snapshot's progress callback, which runs after the
-window's first scrape and before its last, so what the window must show is known exactly: no
-assertion rests on timing.
+Every process runs in a session of its own, as in production: the sidecar, the load generator,
+the service. The service's values step once, after its first scrape, and the window scrapes it
+as it starts and as it ends, so what the window must show is known exactly: no assertion rests
+on timing, nor on this test process getting CPU (a niced runner session, as CI's is, starved an
+in-process window until the load had ended: 0 tokens in 6.6 s).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import socket
+import sys
+import time
 from pathlib import Path
-from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
+from devtools import sidecar_proc
+from devtools.diff_windows import cli, steady_load
 from devtools.server import VllmServer, free_port
-from sidecar.commands import take_snapshot
-from sidecar.config import SNAPSHOT_DEFAULTS, load_config, snapshot_options
+from devtools.step_exporter import BEFORE
 from sidecar.report import render
 from sidecar.summary_io import read_summary
 
 pytestmark = pytest.mark.integration
-ROUTED_IN_WINDOW = 42
+STEP = 42
 
 
-def test_custom_metrics_from_vllm_and_a_router(
-    vllm_server: VllmServer, background_load: Callable[..., Any], tmp_path: Path
-) -> None:
-    registry = CollectorRegistry()
-    routed = Counter("router_requests", "Requests routed.", ["model"], registry=registry)
-    queue = Gauge("router_queue_depth", "Requests queued.", registry=registry)
-    routed.labels("tiny").inc(100)
-    queue.set(3)
+def wait_listening(port: int, timeout_s: float = 60.0) -> None:
+    """Return once something accepts on PORT (a bare connection: no scrape)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline, f"nothing listens on {port} after {timeout_s} s"
+            time.sleep(0.1)
+
+
+def test_custom_metrics_from_vllm_and_a_router(vllm_server: VllmServer, tmp_path: Path) -> None:
     port, down = free_port(), free_port()
-    server, thread = start_http_server(port, addr="127.0.0.1", registry=registry)
+    service = sidecar_proc.spawn(
+        [sys.executable, "-m", "devtools.step_exporter", "--port", str(port), "--step", str(STEP)],
+        cwd=sidecar_proc.REPO, env=sidecar_proc.env(),
+    )  # fmt: skip
     router = f"http://127.0.0.1:{port}/metrics"
     try:
+        wait_listening(port)
         config_path = tmp_path / "sidecar.yaml"
         config_path.write_text(f"""
+gpu: false
+sampling: {{segment_s: 2s}}
 custom_metrics:
   - {{name: tokens_out, metric: "vllm:generation_tokens"}}
   - {{name: running, metric: "vllm:num_requests_running", labels: {{model_name: tiny}}}}
@@ -47,30 +62,17 @@ custom_metrics:
   - {{name: queue, url: "{router}", metric: router_queue_depth}}
   - {{name: gone, url: "http://127.0.0.1:{down}/metrics", metric: router_requests}}
 """)  # fmt: skip
-        config = load_config(config_path, environ={}, defaults=SNAPSHOT_DEFAULTS,
-                             flags={"target.pid": vllm_server.pid, "sampling.segment_s": "2s",
-                                    "gpu": False})  # fmt: skip
-        options = snapshot_options({"out": str(tmp_path / "out"), "duration_s": "6s"})
-
-        changed: list[str] = []
-
-        def sampling(line: str) -> None:
-            """Heard as each py-spy segment starts sampling: after the window's first
-            scrapes and before its last. Changes the router's values once."""
-            if not changed:
-                routed.labels("tiny").inc(ROUTED_IN_WINDOW)
-                queue.set(9)
-                changed.append(line)
-
-        with background_load(vllm_server.base_url, "mixed", 9.0) as load:
-            folder, summary = take_snapshot(config, options, progress=sampling)
-        assert load.error is None and changed
+        out = tmp_path / "out"
+        # The load runs from before the sidecar starts until its window is written.
+        with steady_load(vllm_server, "mixed", 600.0):
+            done = cli("snapshot", "--pid", str(vllm_server.pid), "--config", str(config_path),
+                       "--duration", "6", "--out", str(out))  # fmt: skip
+        assert done.returncode == 0, done.stderr
     finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+        sidecar_proc.kill(service, 10)
 
-    assert read_summary(folder) == summary  # schema 4 on disk, read back whole
+    (folder,) = [p for p in out.iterdir() if not p.name.startswith(".")]
+    summary = read_summary(folder)  # schema 4 on disk
     tokens, running, routed_m, queue_m, gone = summary.custom
     serving = summary.serving
     print("custom:", [(m.name, m.value, m.samples, m.reason) for m in summary.custom])
@@ -85,10 +87,10 @@ custom_metrics:
     # (how many segments a 6 s window of 2 s segments gets depends on how soon py-spy attached:
     # one of 9.3 s when the runner was starved of CPU; the count, not the timing, is asserted)
     assert running.samples == summary.sampling.segments + 1 >= 2, running
-    # The router: exactly what changed inside the window.
+    # The service: exactly its step, read by the window's first and last scrapes.
     assert routed_m.kind == "rate" and routed_m.source == router and routed_m.window_s
-    assert routed_m.value * routed_m.window_s == pytest.approx(ROUTED_IN_WINDOW)
-    assert (queue_m.kind, queue_m.value, queue_m.samples) == ("mean", 6.0, 2)  # (3 + 9) / 2
+    assert routed_m.value * routed_m.window_s == pytest.approx(STEP)
+    assert (queue_m.kind, queue_m.value, queue_m.samples) == ("mean", (BEFORE[1] + 9) / 2, 2)
     # Nothing listens there: that metric says why, and the window is whole.
     assert gone.value is None and "connection refused (is the exporter" in (gone.reason or "")
     assert summary.sampling.samples > 0 and serving.reason is None
