@@ -307,7 +307,8 @@ def _env_entries(environ: Mapping[str, str]) -> Iterator[Entry]:
     for name, value in environ.items():
         if not name.startswith(ENV_PREFIX) or name in NOT_SETTINGS:
             continue
-        if name.startswith(ENV_PREFIX + "UPLOAD_") and name[20:].lower() in CREDENTIAL_KEYS:
+        upload = name.removeprefix(ENV_PREFIX + "UPLOAD_")
+        if upload != name and upload.lower() in CREDENTIAL_KEYS:
             raise ConfigError(f"{name}: refused; {CREDENTIALS_HELP}")
         if name not in ENV_VARIABLES:
             guess = difflib.get_close_matches(name, ENV_VARIABLES, n=1)
