@@ -214,7 +214,7 @@ def render_text(r: FleetReport) -> str:
     out.append(f"samples: {', '.join(f'{x} {f.role_samples[x]:,.0f}' for x in roles)}")
     top = _top_phases(f)
     heads = ["windows", "samples", *(f"{x} {p}" for x, p in top), "gen tok/s", "prompt tok/s",
-             "TTFT mean", "TTFT p95", "KV usage"]  # fmt: skip
+             "TTFT mean", "TTFT p95 (mean)", "KV usage"]  # fmt: skip
     flagged = {(o.host, o.deployment) for o in r.outliers.outliers}
     out += ["", "[Fleet] Deployments:"]
     out.append(table(["host", "deployment", "model", "fingerprint", *heads, ""],
