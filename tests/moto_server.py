@@ -5,11 +5,12 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import boto3
+
+from devtools.server import wait_listening
 
 BUCKET = "profiles"
 
@@ -35,17 +36,10 @@ class MotoServer:
                 # fixtures never finish, then takes it down instead of leaving it listening.
                 stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
-        deadline = time.monotonic() + 60
-        while True:  # readiness: the port accepts (the server binds once its app is built)
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"moto server exited: {self.log.read_text()[-2000:]}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("moto server did not listen within 60 s") from None
-                time.sleep(0.05)
+        try:  # readiness: the port accepts (the server binds once its app is built)
+            wait_listening(self.port, self.proc, "moto server")
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}: {self.log.read_text()[-2000:]}") from None
         self.client().create_bucket(Bucket=BUCKET)
 
     def kill(self) -> None:
