@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv vllm-env browser lint unit integration test test-like-ci demo bench bench-trend soak noise record-diff matrix validate-deploy schema clean
+.PHONY: venv vllm-env browser prometheus lint unit integration test test-like-ci demo bench bench-trend bench-fleet bench-upload soak noise record-diff matrix validate-deploy schema dashboard clean
 
 venv: $(STAMP)
 
@@ -31,7 +31,7 @@ unit: venv
 integration: vllm-env
 	$(BIN)/pytest tests/integration -q -m integration
 
-test: vllm-env lint browser
+test: vllm-env lint browser prometheus
 	$(BIN)/pytest tests -q -rsfE
 
 # The tests as CI's runner starts them: in a session whose scheduling group (autogroup) is niced.
@@ -39,7 +39,7 @@ test: vllm-env lint browser
 # is about 1 % of a core; CI's dump of a starved window showed it (devtools/sidecar_proc.py).
 # TESTS=tests/integration/test_diff_live.py narrows it.
 TESTS ?= tests
-test-like-ci: vllm-env browser
+test-like-ci: vllm-env browser prometheus
 	setsid --wait sh -c 'echo 19 > /proc/self/autogroup && cat /proc/self/autogroup \
 		&& exec $(BIN)/pytest $(TESTS) -q -rsfE'
 
@@ -49,6 +49,12 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
 		&& (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium \
 		>/dev/null) || echo "chromium not installed: the render tests will skip"; }
+
+# Prometheus and promtool (Debian's package) for the exporter, alert rule and dashboard tests;
+# installed without starting or enabling its service (the tests start their own on a free
+# loopback port). Where it cannot be installed those tests skip and say so.
+prometheus:
+	@scripts/install-prometheus.sh
 
 demo: vllm-env
 	$(BIN)/python -m devtools.demo
@@ -77,6 +83,10 @@ matrix: vllm-env
 schema: venv
 	$(BIN)/python -m devtools.schema
 
+# deploy/grafana/vllm-sidecar.json from its panels (devtools/grafana_dashboard.py).
+dashboard: venv
+	$(BIN)/python -m devtools.grafana_dashboard
+
 validate-deploy:
 	scripts/validate-deploy.sh
 
@@ -87,3 +97,13 @@ clean:
 # /tmp/trend-bench; a few minutes); the figures are in the README's "Trends over days".
 bench-trend: venv
 	$(BIN)/python benchmarks/trend.py
+
+# Uploads into moto's S3 API server on loopback: a day's backlog (288 folders), one more folder,
+# an outage and its drain (1 to 2 min); the figures are in the README's "Snapshots to object storage".
+bench-upload: venv
+	$(BIN)/python -m benchmarks.upload
+
+# Time `vllm-sidecar aggregate` over 4 hosts x 2 deployments x 1 day of replicated real
+# snapshots (2,304 folders under /tmp/fleet-bench); the figures are in the README's "Fleets".
+bench-fleet: venv
+	$(BIN)/python benchmarks/fleet.py

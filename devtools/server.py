@@ -215,6 +215,27 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def wait_listening(
+    port: int, proc: subprocess.Popen[bytes], name: str, timeout_s: float = 60.0
+) -> None:
+    """Return once something accepts on loopback PORT (a bare connection: no request), where
+    PROC, a server just started, is to listen. RuntimeError when PROC exits first, or after
+    TIMEOUT_S."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with {proc.returncode} before listening on {port}")
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.5).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"{name} did not listen on {port} within {timeout_s:g} s"
+                ) from None
+            time.sleep(0.05)
+
+
 def descendants(root: int, proc_root: Path = Path("/proc")) -> list[int]:
     """All live descendants of `root`, parents before children, from one scan of /proc."""
     children: dict[int, list[int]] = {}

@@ -23,11 +23,13 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-BEFORE = (100.0, 3.0)  # router_requests_total, router_queue_depth
+ROUTED = 100.0  # router_requests_total before the step (after: + STEP)
+QUEUE = (3.0, 9.0)  # router_queue_depth before and after the step
 
 
 class Stepping(Collector):
-    """The router's two metrics, stepped by `step` (counter) and to 9 (gauge) after one scrape."""
+    """The router's two metrics, the counter up by `step` and the gauge from QUEUE[0] to QUEUE[1]
+    after one scrape."""
 
     def __init__(self, step: float) -> None:
         self.step = step
@@ -39,10 +41,9 @@ class Stepping(Collector):
             stepped = self.scrapes > 0
             self.scrapes += 1
         routed = CounterMetricFamily("router_requests", "Requests routed.", labels=["model"])
-        routed.add_metric(["tiny"], BEFORE[0] + (self.step if stepped else 0.0))
+        routed.add_metric(["tiny"], ROUTED + (self.step if stepped else 0.0))
         yield routed
-        yield GaugeMetricFamily("router_queue_depth", "Requests queued.",
-                                value=9.0 if stepped else BEFORE[1])  # fmt: skip
+        yield GaugeMetricFamily("router_queue_depth", "Requests queued.", value=QUEUE[stepped])
 
 
 def main() -> None:

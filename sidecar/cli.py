@@ -23,6 +23,7 @@ from sidecar.config import (
     SNAPSHOT_DEFAULTS,
     Config,
     SnapshotOptions,
+    check_fleet_target,
     load_config,
     snapshot_options,
     unit_of,
@@ -531,14 +532,14 @@ def trend(out: Path, host: str | None, since: str, until: str | None, kind: str,
     import time as _time
 
     from sidecar.trend import TrendOptions, compute_trend, render_text, trend_json
-    from sidecar.trend_source import host_folder, load_table
+    from sidecar.trend_source import folder_label, host_folder, load_table
 
     end = _when(until, "--until", now=_time.time()) if until else None
     start = _when(since, "--since", now=end.timestamp() if end else _time.time())
     folder = host_folder(out, host)
     table = load_table(folder, note=lambda line: click.echo(line, err=True))
     options = TrendOptions(start=start, end=end, kind=kind, series=series)
-    result = compute_trend(table.to_pandas(), options, host=folder.name)
+    result = compute_trend(table.to_pandas(), options, host=folder_label(folder))
     if plot is not None:
         from sidecar.trend_plot import save_png, trend_figure
 
@@ -548,6 +549,49 @@ def trend(out: Path, host: str | None, since: str, until: str | None, kind: str,
         click.echo(json.dumps(trend_json(result), indent=2))
     else:
         click.echo(render_text(result))
+
+
+# ---------------------------------------------------------------------------------- aggregate
+
+
+@cli.command()
+@click.argument("sources", nargs=-1, metavar="SOURCE...")
+@click.option(
+    "--since",
+    default=None,
+    metavar="DURATION|TIME",
+    help="From this long before --until (7d, 12h), or from a UTC time; default: all.",
+)
+@click.option(
+    "--until",
+    default=None,
+    metavar="DURATION|TIME",
+    help="Up to this long ago (1d), or a UTC time; default: now.",
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)  # fmt: skip
+def aggregate(sources: tuple[str, ...], since: str | None, until: str | None, fmt: str) -> None:
+    """The fleet: phase shares, deployments, hosts and outliers over many hosts' snapshots.
+    SOURCE: an output folder (a host folder per host), one host folder, or s3://bucket/prefix."""
+    import time as _time
+
+    from sidecar.fleet import aggregate as fleet_report
+    from sidecar.fleet import render_text as fleet_text
+    from sidecar.fleet import to_json as fleet_json
+    from sidecar.fleet_source import load_fleet
+
+    now = _time.time()
+    end = _when(until, "--until", now=now) if until else None
+    start = _when(since, "--since", now=end.timestamp() if end else now) if since else None
+    if start and end and start >= end:
+        raise ConfigError("--since is not before --until: swap them or widen the range")
+    note = lambda line: click.echo(line, err=True)  # noqa: E731
+    report = fleet_report(load_fleet(sources, note), start, end, note)
+    if fmt == "json":
+        click.echo(json.dumps(fleet_json(report), indent=2))
+    else:
+        click.echo(fleet_text(report))
 
 
 # ---------------------------------------------------------------------------------- export
@@ -590,10 +634,14 @@ def run(**kw: Any) -> None:
     """Profile vLLM on a schedule: snapshots, hourly baselines, a Prometheus endpoint."""
     from sidecar.daemon import Daemon
     from sidecar.logs import setup_logging
+    from sidecar.multi_target import MultiTargetDaemon
 
     config, path, flags = _settings(click.get_current_context(), DAEMON_SETTINGS, Config())
+    check_fleet_target(config)
     setup_logging(config.log_level)
-    Daemon(config, config_path=path, flags=flags).run()
+    # `targets:` in the config file: every server it names, each a deployment (multi_target.py).
+    daemon = MultiTargetDaemon if config.targets else Daemon
+    daemon(config, config_path=path, flags=flags).run()
 
 
 @cli.command()
@@ -603,6 +651,7 @@ def doctor(**kw: Any) -> None:
     from sidecar.doctor import Status, run_checks
 
     config, _, _ = _settings(click.get_current_context(), DAEMON_SETTINGS, Config())
+    check_fleet_target(config)
     checks = run_checks(config)
     for c in checks:
         click.echo(f"[{c.status.value:>4}] {c.name}: {c.detail}")

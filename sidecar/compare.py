@@ -172,7 +172,8 @@ def _welch(a: Ratio, b: Ratio, log: bool) -> tuple[float, float, float] | str:
     return estimate, math.sqrt(se2), df
 
 
-def _change(kind: str, role: str | None, name: str, a: Ratio, b: Ratio, log: bool) -> Change:
+def change_of(kind: str, role: str | None, name: str, a: Ratio, b: Ratio, log: bool) -> Change:
+    """B against A: the change, and the test's parts (Welch) or why it is not tested."""
     scale = "ratio" if log else "pp"
     value: float | None = None
     if a.value is not None and b.value is not None:
@@ -185,7 +186,7 @@ def _change(kind: str, role: str | None, name: str, a: Ratio, b: Ratio, log: boo
                   df=df)  # fmt: skip
 
 
-def _simultaneous(changes: list[Change], alpha: float) -> list[Change]:
+def simultaneous(changes: list[Change], alpha: float) -> list[Change]:
     """Bonferroni over the tested changes: each interval at 1 - alpha/m."""
     m = sum(c.se is not None for c in changes)
     out = []
@@ -395,7 +396,7 @@ def compare(a: Side, b: Side, alpha: float = ALPHA) -> Comparison:
         ),
         _untested_unless(by_window, _rate_changes(ca, cb)) + _latency_changes(a, b),
     ]
-    tested = iter(_simultaneous([c for part in parts for c in part], alpha))
+    tested = iter(simultaneous([c for part in parts for c in part], alpha))
     shares, cores, costs, serving = (tuple(next(tested) for _ in part) for part in parts)
     per_request = _cpu_changes("per_request", ca, cb, lambda u: u.requests)
     fa, fb = side_fingerprints(a), side_fingerprints(b)
@@ -414,7 +415,7 @@ def compare(a: Side, b: Side, alpha: float = ALPHA) -> Comparison:
         ),
         tested=sum(c.tested for c in (*shares, *cores, *costs, *serving)),
         alpha=alpha,
-        custom=tuple(_simultaneous(_custom_changes(a, b), alpha)),
+        custom=tuple(simultaneous(_custom_changes(a, b), alpha)),
     )
 
 
@@ -429,7 +430,7 @@ def _custom_changes(a: Side, b: Side) -> list[Change]:
                    if m.name == name and m.value is not None] for side in (a, b))  # fmt: skip
         kinds = {(m.kind, m.unit) for side in (a, b) for s in side.summaries for m in s.custom
                  if m.name == name}  # fmt: skip
-        change = replace(_window_change(name, va, vb), kind="custom")
+        change = replace(window_change(name, va, vb), kind="custom")
         if len(kinds) > 1:
             why = "measured differently on the two sides (kind or unit): not tested"
             change = replace(change, estimate=None, se=None, df=None, note=why)
@@ -471,30 +472,41 @@ def _share_changes(ua: Sequence[Unit], ub: Sequence[Unit]) -> list[Change]:
             pairs = [[(sum(u.counts.get(role, {}).get(m, 0) for m in members),
                        u.role_samples(role)) for u in us] for us in (ua, ub)]  # fmt: skip
             a, b = ratio(pairs[0]), ratio(pairs[1])
-            if max(a.value or 0.0, b.value or 0.0) < MIN_SHARE:
-                continue
             hits = sum(y for side in pairs for y, _ in side)
-            if hits < MIN_SAMPLES:
-                out.append(Change("share", role, name, a.value, b.value, "pp",
-                                  _minus(b.value, a.value),
-                                  note=f"{hits} samples: too few to test"))  # fmt: skip
-                continue
-            a, b = _binomial_floor(a, b, pairs)
-            out.append(_change("share", role, name, a, b, log=False))
+            totals = (sum(x for _, x in pairs[0]), sum(x for _, x in pairs[1]))
+            if (found := share_change(role, name, a, b, hits, totals)) is not None:
+                out.append(found)
     return out
 
 
-def _binomial_floor(a: Ratio, b: Ratio, pairs: list[list[tuple[int, int]]]) -> tuple[Ratio, Ratio]:
-    """Samples within a unit are positively correlated, so a share's variance is at least the
-    binomial one: a side whose few units happen to agree (all zero, say) must not claim more
-    certainty than independent samples would give. The floor uses the pooled share."""
-    totals = [sum(x for _, x in side) for side in pairs]
-    pooled = sum(y for side in pairs for y, _ in side) / max(sum(totals), 1)
-    out = []
-    for r, n in zip((a, b), totals, strict=True):
-        floor = pooled * (1 - pooled) / n if n else 0.0
-        out.append(Ratio(r.value, None if r.var is None else max(r.var, floor), r.n))
-    return out[0], out[1]
+def share_change(
+    role: str, name: str, a: Ratio, b: Ratio, hits: float, totals: tuple[float, float]
+) -> Change | None:
+    """The rules for a phase share (`hits`: its samples on both sides; `totals`: each side's
+    samples of the role): not compared under MIN_SHARE on both sides (None), not tested under
+    MIN_SAMPLES, else tested with each side's variance floored at the binomial one. Samples
+    within a unit are positively correlated, so a side whose few units happen to agree (all
+    zero, say) must not claim more certainty than independent samples would give; the floor
+    uses the pooled share."""
+    if max(a.value or 0.0, b.value or 0.0) < MIN_SHARE:
+        return None
+    if hits < MIN_SAMPLES:
+        return Change("share", role, name, a.value, b.value, "pp", _minus(b.value, a.value),
+                      note=f"{hits:.0f} samples: too few to test")  # fmt: skip
+    pooled = hits / max(sum(totals), 1)
+    floored = [
+        Ratio(r.value, None if r.var is None else max(r.var, pooled * (1 - pooled) / n), r.n)
+        if n
+        else r
+        for r, n in zip((a, b), totals, strict=True)
+    ]
+    return change_of("share", role, name, floored[0], floored[1], log=False)
+
+
+def costed(shares: Sequence[float], hits: Sequence[float]) -> bool:
+    """Whether a busy phase's CPU cost is compared: MIN_BUSY_SHARE of a side's busy samples,
+    and MIN_COST_SAMPLES samples on each side."""
+    return max(shares) >= MIN_BUSY_SHARE and min(hits) >= MIN_COST_SAMPLES
 
 
 def _minus(b: float | None, a: float | None) -> float | None:
@@ -530,7 +542,7 @@ def _cpu_changes(
             shares = [ratio((u.counts.get(role, {}).get(phase.value, 0), u.busy_samples(role))
                             for u in us).value or 0.0 for us in (ua, ub)]  # fmt: skip
             hits = [sum(u.counts.get(role, {}).get(phase.value, 0) for u in us) for us in (ua, ub)]
-            if max(shares) >= MIN_BUSY_SHARE and min(hits) >= MIN_COST_SAMPLES:
+            if costed(shares, hits):
                 phases.append(phase.value)
         for name in phases:
             a, b = (
@@ -538,41 +550,41 @@ def _cpu_changes(
                       if (y := _phase_cpu(u, role, name)) is not None and (x := per(u)))
                 for us in (ua, ub)
             )  # fmt: skip
-            out.append(_change(kind, role, name or "all", a, b, log=True))
+            out.append(change_of(kind, role, name or "all", a, b, log=True))
     return out
 
 
-_RATES = (
+RATES = (
     ("generation tokens/s", "generation_tokens"),
     ("prompt tokens/s", "prompt_tokens"),
     ("requests/s", "requests"),
 )
 # Window figures (one reading per window): tested when each side has two windows or more.
-_LATENCIES = (
+LATENCIES = (
     ("TTFT mean", "ttft_mean_s"), ("TTFT p50", "ttft_p50_s"), ("TTFT p95", "ttft_p95_s"),
     ("ITL mean", "itl_mean_s"), ("ITL p50", "itl_p50_s"), ("ITL p95", "itl_p95_s"),
     ("prefill time mean", "prefill_time_mean_s"), ("decode time mean", "decode_time_mean_s"),
     ("queue: requests waiting", "requests_waiting"), ("KV cache usage", "kv_cache_usage"),
     ("preemptions", "preemptions"),
 )  # fmt: skip
-LATENCY_NAMES = frozenset(name for name, _ in _LATENCIES[:8])
+LATENCY_NAMES = frozenset(name for name, _ in LATENCIES[:8])
 
 
 def _rate_changes(ua: Sequence[Unit], ub: Sequence[Unit]) -> list[Change]:
     return [
-        _change("serving", None, name, _rate(ua, attr), _rate(ub, attr), log=True)
-        for name, attr in _RATES
+        change_of("serving", None, name, _rate(ua, attr), _rate(ub, attr), log=True)
+        for name, attr in RATES
     ]
 
 
 def _latency_changes(a: Side, b: Side) -> list[Change]:
     out = []
-    for name, attr in _LATENCIES:
+    for name, attr in LATENCIES:
         va, vb = (
             [v for s in side.summaries if (v := getattr(s.serving, attr)) is not None]
             for side in (a, b)
         )
-        out.append(_window_change(name, va, vb))
+        out.append(window_change(name, va, vb))
     return out
 
 
@@ -580,25 +592,35 @@ def _rate(us: Sequence[Unit], attr: str) -> Ratio:
     return ratio((v, u.span_s) for u in us if (v := getattr(u, attr)) is not None and u.span_s)
 
 
-def _window_change(name: str, va: list[float], vb: list[float]) -> Change:
+def window_change(name: str, va: list[float], vb: list[float]) -> Change:
     """A figure read once per window: the mean of the windows, Welch on the log scale when
     both sides have two windows or more."""
-    ma, mb = (sum(v) / len(v) if v else None for v in (va, vb))
+    logs = [[math.log(x) for x in v if x > 0] for v in (va, vb)]
+    la, lb = (Ratio(sum(v) / len(v), _var(v) / len(v) if len(v) > 1 else None, len(v))
+              if v else Ratio(None, None, 0) for v in logs)  # fmt: skip
+    means = (sum(va) / len(va) if va else None, sum(vb) / len(vb) if vb else None)
+    return windows_change(name, means, (len(va), len(vb)), (la, lb))
+
+
+def windows_change(
+    name: str,
+    means: tuple[float | None, float | None],
+    windows: tuple[int, int],
+    logs: tuple[Ratio, Ratio],
+) -> Change:
+    """The rules for a window figure, from each side's mean, number of windows and the mean of
+    its logs (a Ratio over its readings above zero): not tested under two windows a side, nor
+    when a side has under two readings above zero; else Welch on the logs."""
+    ma, mb = means
     value = mb / ma if ma and mb is not None else None
-    if len(va) < 2 or len(vb) < 2:
+    if min(windows) < 2:
         return Change("serving", None, name, ma, mb, "ratio", value,
                       note="one window on a side: not tested")  # fmt: skip
-    la, lb = ([math.log(x) for x in v if x > 0] for v in (va, vb))
-    if len(la) < 2 or len(lb) < 2:
+    la, lb = logs
+    if la.n < 2 or lb.n < 2:
         return Change("serving", None, name, ma, mb, "ratio", value, note="zero on a side")
-    a = Ratio(sum(la) / len(la), _var(la) / len(la), len(la))
-    b = Ratio(sum(lb) / len(lb), _var(lb) / len(lb), len(lb))
-    test = _welch(a, b, log=False)
-    if isinstance(test, str):
-        return Change("serving", None, name, ma, mb, "ratio", value, note=test)
-    estimate, se, df = test
-    return Change("serving", None, name, ma, mb, "ratio", value, estimate=estimate, se=se,
-                  df=df)  # fmt: skip
+    test = change_of("serving", None, name, la, lb, log=False)
+    return replace(test, a=ma, b=mb, scale="ratio", change=value)
 
 
 def regressions(comparison: Comparison, threshold: float) -> tuple[Change, ...]:

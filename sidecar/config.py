@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import Field, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
@@ -23,6 +24,7 @@ from sidecar.advice_rules import load_advice
 from sidecar.custom_spec import CustomMetricSpec, parse_custom_metrics
 from sidecar.errors import ConfigError
 from sidecar.rules import load_rules
+from sidecar.target_spec import TargetSpec, parse_targets
 from sidecar.units import Unfit, Unit, kind_of
 
 ENV_PREFIX = "VLLM_SIDECAR_"
@@ -54,6 +56,16 @@ class TargetConfig:
     any_python: bool = field(default=False, metadata=unit(u.BOOL))
     # At start, wait this long for vLLM to appear, then exit 4.
     start_timeout_s: float = field(default=120.0, metadata=unit(u.SECONDS))
+    # With `targets:`: how often the entries are rediscovered for servers that came or went
+    # (a /proc scan: about 0.2 ms of CPU per process on the host, measured here).
+    rescan_s: float = field(default=5.0, metadata=unit(u.SECONDS, positive=True))
+    # With `targets:`: a server down (gone, not found again) this long is dropped from the
+    # exporter, so that one removed for good stops showing `target_up 0` and firing
+    # VllmTargetDown; its folder and snapshots stay, and it is exported again if it returns.
+    # None: never.
+    forget_after_s: float | None = field(
+        default=3600.0, metadata=unit(u.SECONDS, optional=True, positive=True)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,12 +107,43 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class UploadConfig:
+    # s3://bucket/prefix: each finished snapshot folder goes under it (sidecar/upload.py);
+    # None: nothing is uploaded. Credentials come from the AWS chain (environment, ~/.aws, an
+    # instance role), never from this file: `key`/`secret` here are refused (CREDENTIAL_KEYS).
+    url: str | None = field(default=None, metadata=unit(u.OBJECT_URL, optional=True))
+    # An S3-compatible store's API (MinIO, Ceph, R2, moto); None: AWS's own endpoints.
+    endpoint_url: str | None = field(default=None, metadata=unit(u.URL, optional=True))
+    # After a failed try the backlog waits backoff_s, doubled per failure up to backoff_max_s.
+    backoff_s: float = field(default=5.0, metadata=unit(u.SECONDS, positive=True))
+    backoff_max_s: float = field(default=600.0, metadata=unit(u.SECONDS, positive=True))
+    # Per request (connect and read); botocore's own retries are kept to `retries`.
+    timeout_s: float = field(default=10.0, metadata=unit(u.SECONDS, positive=True))
+    retries: int = field(default=2, metadata=unit(u.COUNT))
+
+
+# Settings that would put a secret in the config file in plain text: refused with the fix.
+CREDENTIAL_KEYS = frozenset({
+    "key", "secret", "token", "access_key", "secret_key", "access_key_id", "secret_access_key",
+    "aws_access_key_id", "aws_secret_access_key", "aws_session_token", "session_token",
+    "password", "credentials",
+})  # fmt: skip
+AWS_CHAIN_HELP = (
+    "give them through the standard AWS chain: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in "
+    "the service's environment (systemd: EnvironmentFile=, Docker: env_file:), a profile in "
+    "~/.aws/credentials (AWS_PROFILE), or an instance role"
+)
+CREDENTIALS_HELP = "credentials never go in the sidecar's config: " + AWS_CHAIN_HELP
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     target: TargetConfig = TargetConfig()
     sampling: SamplingConfig = SamplingConfig()
     schedule: ScheduleConfig = ScheduleConfig()
     output: OutputConfig = OutputConfig()
     metrics: MetricsConfig = MetricsConfig()
+    upload: UploadConfig = UploadConfig()
     # The sidecar's own /metrics; "off" disables it.
     exporter_listen: str = field(default="127.0.0.1:9464", metadata=unit(u.LISTEN))
     gpu: bool = field(default=True, metadata=unit(u.BOOL))
@@ -112,6 +155,9 @@ class Config:
     # Extra Prometheus series per snapshot (sidecar/custom_spec.py): a list, so the file only
     # (no variable or flag sets it); validated on load like every setting.
     custom_metrics: tuple[CustomMetricSpec, ...] = ()
+    # The vLLM servers one daemon follows together (target_spec.py, multi_target.py):
+    # a list, in the file only; empty: `target` names the one server, as before.
+    targets: tuple[TargetSpec, ...] = ()
     source: str = "defaults"  # not a setting: the file the configuration came from
 
 
@@ -191,7 +237,10 @@ def load_config(
     config, origins = _apply(defaults, entries)
     custom = (parse_custom_metrics(data[CUSTOM], f"file {path}") if CUSTOM in data
               else defaults.custom_metrics)  # fmt: skip
-    config = replace(config, source=str(path) if path else "defaults", custom_metrics=custom)
+    targets = (parse_targets(data[TARGETS], f"file {path}") if TARGETS in data
+               else defaults.targets)  # fmt: skip
+    config = replace(config, source=str(path) if path else "defaults", custom_metrics=custom,
+                     targets=targets)  # fmt: skip
     validate(config)
     _check_rules(config, origins.get("rules", "defaults"))
     _check_advice(config, origins.get("advice", "defaults"))
@@ -218,13 +267,14 @@ def snapshot_options(values: Mapping[str, Any]) -> SnapshotOptions:
 
 
 CUSTOM = "custom_metrics"
+TARGETS = "targets"
 
 
 def _file_entries(data: Mapping[Any, Any], path: Path) -> Iterator[Entry]:
     where = f"file {path}"
     for key, value in data.items():
-        if key == CUSTOM:
-            continue  # a list of entries, not a setting: parse_custom_metrics reads it
+        if key in (CUSTOM, TARGETS):
+            continue  # a list of entries, not a setting: parse_custom_metrics/_targets read it
         if key in _SECTIONS and value is None:
             continue  # a section with every setting commented out
         if key in _SECTIONS and not isinstance(value, Mapping):
@@ -257,6 +307,9 @@ def _env_entries(environ: Mapping[str, str]) -> Iterator[Entry]:
     for name, value in environ.items():
         if not name.startswith(ENV_PREFIX) or name in NOT_SETTINGS:
             continue
+        upload = name.removeprefix(ENV_PREFIX + "UPLOAD_")
+        if upload != name and upload.lower() in CREDENTIAL_KEYS:
+            raise ConfigError(f"{name}: refused; {CREDENTIALS_HELP}")
         if name not in ENV_VARIABLES:
             guess = difflib.get_close_matches(name, ENV_VARIABLES, n=1)
             raise ConfigError(
@@ -283,6 +336,8 @@ def _apply(base: Config, entries: list[Entry]) -> tuple[Config, dict[str, str]]:
 
 def _field_for(key: str, where: str) -> Field[Any]:
     section, dot, name = key.partition(".")
+    if section == "upload" and name.lower() in CREDENTIAL_KEYS:
+        raise ConfigError(f"{key}: refused ({where}); {CREDENTIALS_HELP}")
     if dot and section in _SECTIONS:
         known = _settings(_SECTIONS[section])
         if name not in known:
@@ -290,7 +345,7 @@ def _field_for(key: str, where: str) -> Field[Any]:
         return known[name]
     top = _settings(Config)
     if dot or key not in top:
-        names = sorted([*_SECTIONS, *top, CUSTOM])
+        names = sorted([*_SECTIONS, *top, CUSTOM, TARGETS])
         raise ConfigError(f"unknown setting `{key}` ({where}); known: {names}")
     return top[key]
 
@@ -313,7 +368,8 @@ def _parse(f: Field[Any], raw: Any, key: str, where: str) -> Any:
         if f.metadata["positive"] and value == 0:
             raise Unfit("is zero")
     except Unfit as exc:
-        shown = repr(raw) if len(repr(raw)) <= 60 else repr(raw)[:57] + "..."
+        shown = re.sub(r"//[^/@\s]*@", "//***@", repr(raw))  # never echo a secret to a log
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
         raise ConfigError(f"{key}: {shown} {exc}; {unit.hint} ({where})") from None
     return value
 
@@ -334,8 +390,39 @@ def validate(c: Config) -> None:
             f"schedule.baseline_every_s ({s.baseline_every_s:g}) must be at least "
             f"schedule.interval_s ({s.interval_s:g})"
         )
+    endpoint = c.upload.endpoint_url
+    if endpoint is not None and "@" in endpoint.split("//", 1)[-1].split("/", 1)[0]:
+        raise ConfigError(f"upload.endpoint_url holds credentials; {CREDENTIALS_HELP}")
+    if c.upload.backoff_max_s < c.upload.backoff_s:
+        raise ConfigError(
+            f"upload.backoff_max_s ({c.upload.backoff_max_s:g}) is shorter than backoff_s "
+            f"({c.upload.backoff_s:g}); raise backoff_max_s"
+        )
+    if c.targets and c.metrics.url is not None:
+        raise ConfigError(
+            "metrics.url names one server, and `targets:` lists several: give metrics_url on "
+            "the targets entry it belongs to, or leave it out (each URL comes from its --port)"
+        )
     if c.target.pid is not None and c.target.pid_file is not None:
         raise ConfigError("give target.pid or target.pid_file, not both")
+
+
+def check_fleet_target(c: Config) -> None:
+    """`run` and `doctor` with `targets:`: the daemon follows the servers the entries name, so
+    target.pid or target.pid_file (one server) would be ignored; refused instead, naming the
+    fix. Not in `validate`: `snapshot --pid N` takes one server from a config that lists a
+    fleet, and the file's `targets:` is rightly ignored there."""
+    t = c.target
+    given = [f"target.{key} {value}" for key, value in (("pid", t.pid), ("pid_file", t.pid_file))
+             if value is not None]  # fmt: skip
+    if c.targets and given:
+        raise ConfigError(
+            f"{' and '.join(given)} (--pid, --pid-file, VLLM_SIDECAR_TARGET_PID[_FILE] or "
+            f"target: in the file) names one server, and `targets:` in {c.source} lists the "
+            "servers this daemon follows, so it would be ignored: add it to targets: as an "
+            "entry (`- pid: N` or `- pid_file: PATH`) and drop it from target:, or remove "
+            "targets: to profile that one server"
+        )
 
 
 def _check_rules(config: Config, where: str) -> None:

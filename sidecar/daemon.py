@@ -30,7 +30,7 @@ from sidecar.advice import findings
 from sidecar.config import Config, load_config
 from sidecar.discovery import AmbiguousTarget, Deployment, configured_target
 from sidecar.errors import AttachError, SamplerError, SidecarError
-from sidecar.exporter import ExporterState, start_exporter
+from sidecar.exporter import ExporterGroup, ExporterState, start_exporter
 from sidecar.failures import (
     WINDOW_KINDS,
     Failure,
@@ -40,7 +40,14 @@ from sidecar.failures import (
     reading_failures,
 )
 from sidecar.notify import SystemdNotifier, watchdog_interval
-from sidecar.parts import Builders, WindowCollector, WindowResult, build_parts, real_collector
+from sidecar.parts import (
+    Builders,
+    Parts,
+    WindowCollector,
+    WindowResult,
+    build_parts,
+    real_collector,
+)
 from sidecar.schedule import PlannedWindow
 
 log = logging.getLogger("vllm_sidecar")
@@ -116,7 +123,7 @@ class Daemon:
     def run(self) -> int:
         """The daemon as a process: signals, the exporter, the watchdog, then `serve`."""
         self._install_signals()
-        exporter = start_exporter(self.config.exporter_listen, self.state)
+        exporter = start_exporter(self.config.exporter_listen, self.exported())
         self._start_watchdog()
         try:
             return self.serve()
@@ -125,9 +132,14 @@ class Daemon:
             if exporter is not None:
                 exporter.close()
 
+    def exported(self) -> ExporterState | ExporterGroup:
+        """What the exporter serves: this daemon's one state (a fleet: a group of them)."""
+        return self.state
+
     def serve(self) -> int:
         """Wait for the target, then windows until stopped. Raises only for the start."""
         self.parts.store.cleanup_temp()
+        start_uploads(self.parts, self.state)
         try:
             self.target = self._wait_for_target_at_start()
             if self.target is None:
@@ -141,6 +153,8 @@ class Daemon:
                                             self._outage.reason)  # fmt: skip
         finally:
             self.notifier.stopping()
+            if self.parts.uploads is not None:
+                self.parts.uploads.stop()
             if self.parts.gpu is not None:
                 self.parts.gpu.close()
         return 0
@@ -172,9 +186,13 @@ class Daemon:
             partial = result.snapshot.window.partial_reason if result else None
             self._target_lost(partial or "the target exited")
 
-    def _collect(self, target: Deployment) -> WindowResult | None:
-        """The window's snapshot, or None when a reader raised: that is counted, unless it is a
-        bug (re-raised) or the first attach failing on a live target (a failed start)."""
+    def _collect(
+        self, target: Deployment, failures: FailureTally | None = None
+    ) -> WindowResult | None:
+        """The window's snapshot, or None when a reader raised: that is counted in `failures`
+        (default: the daemon's; a fleet's: the deployment's), unless it is a bug (re-raised)
+        or the daemon's very first attach failing on a live target (a failed start: ptrace is
+        the host's, not one server's)."""
         first = not self._had_window
         try:
             collector = self._make_collector(target, first)
@@ -184,30 +202,14 @@ class Daemon:
             start_failed = first and isinstance(exc, AttachError | SamplerError)
             if kind is None or (start_failed and self._alive(target)):
                 raise
-            self.failures.failed(Failure(kind, str(exc) or type(exc).__name__))
+            tally = self.failures if failures is None else failures
+            tally.failed(Failure(kind, str(exc) or type(exc).__name__))
             return None
         self._had_window = True
         return result
 
     def _keep(self, result: WindowResult, planned: PlannedWindow) -> None:
-        snapshot, store, kind = result.snapshot, self.parts.store, planned.kind.value
-        failures = [*result.failures, *reading_failures(snapshot)]
-        outcome = store.write(snapshot, kind)
-        if outcome.path is None:
-            failures.append(Failure(WindowFailure.WRITE, outcome.skipped_reason or "not written"))
-        self.failures.settle(failures, checked=WINDOW_KINDS)
-        written = str(outcome.path) if outcome.path else None
-        summary = snapshot.summary(kind)
-        self.state.update_snapshot(summary, kind, written, findings(summary, self.parts.advice))
-        self.state.update_disk(store.disk_state, store.free_bytes, store.total_bytes_used,
-                               store.snapshots_written, store.writes_skipped,
-                               store.deleted_total)  # fmt: skip
-        w = snapshot.window
-        if outcome.path is not None:
-            log.info("%s written: %s (%d samples%s)", kind, outcome.path, w.samples,
-                     f"; partial: {w.partial_reason}" if w.partial else "")  # fmt: skip
-        else:  # the store warns once per change of disk state; this is the per-tick detail
-            log.debug("%s not written: %s", kind, outcome.skipped_reason)
+        keep_window(result, planned, self.parts, self.state, self.failures)
 
     def _collector(self, target: Deployment, first: bool) -> WindowCollector:
         def alive() -> bool:
@@ -322,6 +324,7 @@ class Daemon:
         old = self.parts
         try:
             config = load_config(self._config_path, self._environ, self._flags)
+            self._check_reload(config)
             new = build_parts(config, self._builders, self.clock, self.wall, previous=old)
         except SidecarError as exc:
             log.error("reload failed, keeping the running configuration: %s", exc)
@@ -331,10 +334,19 @@ class Daemon:
                 old.gpu.close()
             if new.store is not old.store:
                 new.store.cleanup_temp()
+            if new.uploads is not old.uploads:
+                # The old thread's staging is removed only once it has ended: it may be putting
+                # a row staged there (what a thread still busy leaves, the next start removes).
+                stopped = old.uploads.stop() if old.uploads is not None else True
+                start_uploads(new, self.state, clean_staging=stopped)
             log.info("configuration reloaded from %s", config.source)
             if config.exporter_listen != old.config.exporter_listen:
                 log.warning("exporter_listen changed: takes effect at the next restart")
         self.notifier.ready("configuration reloaded")
+
+    def _check_reload(self, config: Config) -> None:
+        """What `run` checks beyond load_config, again for a reload (a ConfigError keeps the
+        running configuration)."""
 
     def _install_signals(self) -> None:
         def on_stop(signum: int, frame: FrameType | None) -> None:
@@ -360,3 +372,47 @@ class Daemon:
                     self.notifier.watchdog()
 
         threading.Thread(target=ping, name="watchdog", daemon=True).start()
+
+
+def keep_window(
+    result: WindowResult,
+    planned: PlannedWindow,
+    parts: Parts,
+    state: ExporterState,
+    failures: FailureTally,
+) -> None:
+    """Write a window's snapshot to `parts.store`, settle its failures, tell the exporter."""
+    snapshot, store, kind = result.snapshot, parts.store, planned.kind.value
+    seen = [*result.failures, *reading_failures(snapshot)]
+    outcome = store.write(snapshot, kind)
+    if outcome.path is None:
+        seen.append(Failure(WindowFailure.WRITE, outcome.skipped_reason or "not written"))
+    failures.settle(seen, checked=WINDOW_KINDS)
+    if outcome.path is not None and parts.uploads is not None:
+        parts.uploads.wake()
+    written = str(outcome.path) if outcome.path else None
+    summary = snapshot.summary(kind)
+    state.update_snapshot(summary, kind, written, findings(summary, parts.advice),
+                          cpu_budget=parts.config.sampling.cpu_budget)  # fmt: skip
+    state.update_disk(store.disk_state, store.free_bytes, store.total_bytes_used,
+                      store.snapshots_written, store.writes_skipped,
+                      store.deleted_total)  # fmt: skip
+    w = snapshot.window
+    if outcome.path is not None:
+        log.info("%s written: %s (%d samples%s)", kind, outcome.path, w.samples,
+                 f"; partial: {w.partial_reason}" if w.partial else "")  # fmt: skip
+    else:  # the store warns once per change of disk state; this is the per-tick detail
+        log.debug("%s not written: %s", kind, outcome.skipped_reason)
+
+
+def start_uploads(parts: Parts, state: ExporterState, clean_staging: bool = True) -> None:
+    """The upload thread (upload.url): its own thread, so that no request to the object
+    store can hold up a window's deadline (sidecar/upload.py). `clean_staging`: no other
+    upload thread runs over the store (UploadThread.start)."""
+    if parts.uploads is None:
+        state.update_upload(None)
+        return
+    uploader = parts.uploads.uploader
+    uploader.on_change = state.update_upload
+    state.update_upload(uploader.status())  # the backlog on disk, before any try
+    parts.uploads.start(clean_staging)

@@ -174,11 +174,11 @@ def verdict(c: Comparison, top: int = 6) -> list[str]:
     quota = (("serving", 2), ("share", 2), ("cost", 1), ("cores", 1))
     picked = [ch for kind, n in quota for ch in [x for x in found if x.kind == kind][:n]][:top]
     more = f" (and {len(found) - len(picked)} more)" if len(found) > len(picked) else ""
-    lines.append("Significant: " + "; ".join(_words(ch) for ch in picked) + more + ".")
+    lines.append("Significant: " + "; ".join(change_words(ch) for ch in picked) + more + ".")
     return lines
 
 
-def _words(ch: Change) -> str:
+def change_words(ch: Change) -> str:
     who = f"{ch.role.replace('_', ' ')} " if ch.role else ""
     if ch.kind == "share":
         direction = "up" if (ch.change or 0) > 0 else "down"
@@ -232,7 +232,7 @@ def render_text(
                          [_ratio_row(ch, None, "{:.4g}")[1:] for ch in c.custom]))  # fmt: skip
     if fail:
         out += ["", "[Diff] Regressions beyond --fail-on:"]
-        out += [f"- {_words(ch)}" for ch in fail]
+        out += [f"- {change_words(ch)}" for ch in fail]
     return "\n".join(out)
 
 

@@ -22,9 +22,11 @@ from typing import TYPE_CHECKING
 from sidecar.errors import AttachError, ConfigError
 from sidecar.procfs import ProcFs
 from sidecar.records import ProcessInfo, Role
+from sidecar.serveflags import deployment_name
 
 if TYPE_CHECKING:
     from sidecar.config import TargetConfig
+    from sidecar.target_spec import TargetSpec
 
 # The part before `::` is VLLM_PROCESS_NAME_PREFIX (default "VLLM"), which operators may change,
 # so the rows naming a vLLM process accept any prefix without spaces or colons. The names after
@@ -236,6 +238,56 @@ def configured_target(procfs: ProcFs, t: TargetConfig) -> Deployment:
     elif pid is None and not t.discover:
         raise ConfigError("no target: set target.pid, target.pid_file or target.discover")
     return resolve_target(procfs, pid, t.any_python)
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentId:
+    """Which vLLM server a deployment is, across its restarts: `model@port` names its folder
+    (OUT/<host>/<name>/) and its exporter series; `root_start` tells one run from the next."""
+
+    name: str
+    model: str
+    port: str
+    root_start: int  # the root's start time, clock ticks since boot (field 22 of its stat)
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._@+=-]")
+
+
+def deployment_id(d: Deployment) -> DeploymentId:
+    """The deployment's name from its root's command line (serveflags.deployment_name); an
+    offline `LLM` (root: the EngineCore, no model on its command line) is `pid-<root pid>`.
+    A `/` (a `--uds` path) or any character unsafe in a folder name becomes `_`."""
+    name = deployment_name(d.root.cmdline) or f"pid-{d.root.pid}@"
+    model, _, port = name.rpartition("@")
+    safe = _UNSAFE.sub("_", name.rstrip("@")).lstrip(".") or f"pid-{d.root.pid}"
+    return DeploymentId(safe, model, port, d.root.start_time)
+
+
+def find_all(
+    procfs: ProcFs, specs: tuple[TargetSpec, ...], any_python: bool = False
+) -> tuple[list[tuple[Deployment, TargetSpec]], list[str]]:
+    """Every deployment the `targets:` entries name, each once (by root PID and start time;
+    the first entry that names it wins, with its metrics_url), and why an entry found none.
+    Finding none is no error here: the fleet daemon waits and rediscovers."""
+    found: dict[tuple[int, int], tuple[Deployment, TargetSpec]] = {}
+    missing: list[str] = []
+    for spec in specs:
+        try:
+            if spec.discover:
+                deployments = discover(procfs)
+            else:
+                pid = spec.pid if spec.pid_file is None else read_pid_file(spec.pid_file)
+                assert pid is not None  # target_spec: exactly one of pid, pid_file, discover
+                deployments = [find_deployment(procfs, pid, allow_non_vllm=any_python)]
+        except AttachError as exc:
+            missing.append(f"{spec.describe()}: {exc}")
+            continue
+        if not deployments:  # said with the fix, as the single target's discovery says it
+            missing.append(f"{spec.describe()}: {no_server_error(procfs)}")
+        for d in deployments:
+            found.setdefault(d.root.key, (d, spec))
+    return list(found.values()), missing
 
 
 def read_pid_file(path: Path) -> int:

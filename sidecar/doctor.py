@@ -6,13 +6,13 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import TypeVar
 
 from sidecar.config import Config
-from sidecar.discovery import Deployment, configured_target
+from sidecar.discovery import Deployment, configured_target, deployment_id, find_all
 from sidecar.errors import SidecarError
 from sidecar.pipeline import metrics_source_for, open_gpu_reader
 from sidecar.procfs import ProcFs
@@ -45,13 +45,19 @@ def run_checks(config: Config) -> list[Check]:
     advice = str(config.advice) if config.advice else "built-in"
     checks = [Check("config", Status.OK, f"{config.source}; rules: {rules}; advice: {advice}")]
     spy = _guard(checks, "py-spy", lambda: _py_spy(config))
-    target = _guard(checks, "target", lambda: _target(config))
-    checks.append(_ptrace(spy, target))
-    checks.append(_nvml(config))
-    if target is not None:
-        checks.append(_metrics(config, target))
+    if config.targets:
+        target = _fleet(config, spy, checks)
+        checks.append(_nvml(config))
+    else:
+        target = _guard(checks, "target", lambda: _target(config))
+        checks.append(_ptrace(spy, target))
+        checks.append(_nvml(config))
+        if target is not None:
+            checks.append(_metrics(config, target))
     checks += _custom(config, target)
     checks.append(_output(config))
+    if config.upload.url is not None:
+        checks.append(_upload(config))
     return checks
 
 
@@ -75,6 +81,34 @@ def _target(config: Config) -> tuple[Check, Deployment]:
     target = configured_target(ProcFs(config.target.proc_root), config.target)
     roles = ", ".join(f"{p.pid} {p.role.value}" for p in target.processes)
     return Check("target", Status.OK, f"vLLM deployment {target.root.pid}: {roles}"), target
+
+
+def _fleet(config: Config, spy: SubprocessPySpy | None, checks: list[Check]) -> Deployment | None:
+    """With `targets:`: each server found, as its deployment (target, ptrace, metrics); an
+    entry that finds none is a WARN (the daemon waits for it), finding none at all a FAIL."""
+    found, missing = find_all(ProcFs(config.target.proc_root), config.targets,
+                              config.target.any_python)  # fmt: skip
+    for line in missing:
+        checks.append(Check("target", Status.WARN, line, "start it, or fix its entry in targets:"))
+    if not found:
+        checks.append(
+            Check(
+                "target",
+                Status.FAIL,
+                "no vLLM server of targets: found",
+                "start vLLM, or fix targets: (the daemon waits start_timeout_s)",
+            )
+        )
+        checks.append(_ptrace(spy, None))
+        return None
+    for target, spec in found:
+        name = deployment_id(target).name
+        roles = ", ".join(f"{p.pid} {p.role.value}" for p in target.processes)
+        checks.append(Check(f"target {name}", Status.OK, f"vLLM {target.root.pid}: {roles}"))
+        checks.append(_ptrace(spy, target))
+        url = spec.metrics_url or config.metrics.url
+        checks.append(_metrics(replace(config, metrics=replace(config.metrics, url=url)), target))
+    return found[0][0]
 
 
 def _ptrace(spy: SubprocessPySpy | None, target: Deployment | None) -> Check:
@@ -158,6 +192,14 @@ def _output(config: Config) -> Check:
     status = Status.OK if free >= need else Status.WARN
     fix = "" if status is Status.OK else "free disk space or lower output.min_free_mb"
     return Check("output", status, f"{folder}: writable, {free / 2**30:.1f} GiB free", fix)
+
+
+def _upload(config: Config) -> Check:
+    """Credentials in the AWS chain, and the bucket listed (sidecar/objectstore.py)."""
+    from sidecar.objectstore import probe
+
+    found = probe(config.upload)
+    return Check("upload", Status.OK if found.ok else Status.FAIL, found.detail, found.fix)
 
 
 def _has_cap(bit: int) -> bool:

@@ -37,7 +37,15 @@ from sidecar.rules import RuleSet, load_rules
 from sidecar.sampler import RateController, Sampler
 from sidecar.schedule import Schedule
 from sidecar.snapshot import Snapshot
-from sidecar.store import DiskState, Retention, SnapshotStore, WriteOutcome, check_writable
+from sidecar.store import (
+    DiskState,
+    Retention,
+    SnapshotStore,
+    StoredSnapshot,
+    WriteOutcome,
+    check_writable,
+)
+from sidecar.upload import Uploader, UploadThread
 from sidecar.vllm_metrics import HttpMetricsSource, MetricsScrape, MetricsSource, take_scrape
 from sidecar.vllm_metrics.custom import custom_reader
 
@@ -45,6 +53,8 @@ from sidecar.vllm_metrics.custom import custom_reader
 class Store(Protocol):
     """What the daemon needs of the snapshot store (store.SnapshotStore)."""
 
+    host: str
+    dir: Path
     disk_state: DiskState
     free_bytes: int
     snapshots_written: int
@@ -56,6 +66,8 @@ class Store(Protocol):
     def write(self, snapshot: Snapshot, kind: str) -> WriteOutcome: ...
     def record_gap(self, start_wall: float, end_wall: float | None, reason: str) -> None: ...
     def cleanup_temp(self) -> tuple[str, ...]: ...
+    def snapshots(self) -> tuple[StoredSnapshot, ...]: ...
+    def set_hold(self, held: Callable[[str], bool] | None) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,13 +84,40 @@ def open_store(config: Config) -> SnapshotStore:
     """The store under `output.dir/<host>`; a folder that cannot be written is an OutputError."""
     o, host = config.output, socket.gethostname()
     check_writable(Path(o.dir) / host)
-    retention = Retention(
+    return SnapshotStore(o.dir, host, retention_of(config))
+
+
+def open_deployment_store(config: Config, deployment: str) -> SnapshotStore:
+    """One deployment's store of a fleet daemon, `output.dir/<host>/<deployment>`: a folder
+    every reader (trend, diff, report, the uploader) takes as it takes a host folder.
+    Retention applies per deployment: `max_total_mb` bounds each deployment's folder."""
+    o, host = config.output, socket.gethostname()
+    check_writable(Path(o.dir) / host / deployment)
+    return SnapshotStore(o.dir, host, retention_of(config), deployment=deployment)
+
+
+def retention_of(config: Config) -> Retention:
+    o = config.output
+    return Retention(
         max_age_s=o.retention_days * 86400,
         baseline_max_age_s=o.baseline_retention_days * 86400,
         max_total_bytes=int(o.max_total_mb * 2**20),
         min_free_bytes=int(o.min_free_mb * 2**20),
     )
-    return SnapshotStore(o.dir, host, retention)
+
+
+def open_uploader(config: Config, store: Store) -> UploadThread | None:
+    """The uploads of `upload.url` over the store's folders; None when it is not set. s3fs is
+    imported here, so a daemon that uploads nothing never loads it. Nothing on disk is touched:
+    on a reload the running thread may still be staging a row here; the staging a killed
+    uploader left is removed when the thread starts (UploadThread.start)."""
+    u = config.upload
+    if u.url is None:
+        return None
+    from sidecar.objectstore import open_object_store
+
+    remote = open_object_store(u)
+    return UploadThread(Uploader(store, remote, u.backoff_s, u.backoff_max_s))
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +130,9 @@ class Builders:
     store: Callable[[Config], Store] = open_store
     gpu: Callable[[bool], NvmlReader | None] = open_gpu_reader
     metrics: Callable[[str, float], MetricsSource] = HttpMetricsSource  # a configured URL
+    uploads: Callable[[Config, Store], UploadThread | None] = open_uploader
+    # A fleet daemon's store of one deployment (sidecar/multi_target.py): OUT/<host>/<deployment>/.
+    deployment_store: Callable[[Config, str], Store] = open_deployment_store
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +149,7 @@ class Parts:
     advice: AdviceRules  # the findings' rules, for the exporter's finding gauges
     # The target's fingerprint, read once per deployment and kept through reloads.
     fingerprints: FingerprintCache = field(default_factory=FingerprintCache)
+    uploads: UploadThread | None = None  # upload.url's; the daemon starts and stops its thread
 
 
 def build_parts(
@@ -127,6 +170,8 @@ def build_parts(
     metrics = make.metrics(url, config.metrics.timeout_s) if url is not None else None
     kept = _kept(previous, config, "output")
     store = kept.store if kept else make.store(config)
+    kept = _kept(previous, config, "upload") if kept else None
+    uploads = kept.uploads if kept else make.uploads(config, store)
     # Opened last: nothing after it can fail, so a failed reload leaves no NVML session open.
     kept = _kept(previous, config, "gpu")
     gpu = kept.gpu if kept else make.gpu(config.gpu)
@@ -136,8 +181,10 @@ def build_parts(
     kept = _kept(previous, config, "schedule")
     schedule = kept.schedule if kept else Schedule(config.schedule, clock, wall_clock)
     fingerprints = previous.fingerprints if previous else FingerprintCache()
+    # Nothing can fail after this point: the hold changes only with the parts that apply it.
+    store.set_hold(uploads.uploader.held if uploads else None)
     return Parts(config, classifier, ProcFs(t.proc_root), runner, metrics, store, controller,
-                 schedule, gpu, advice, fingerprints)  # fmt: skip
+                 schedule, gpu, advice, fingerprints, uploads)  # fmt: skip
 
 
 def _kept(previous: Parts | None, config: Config, section: str) -> Parts | None:

@@ -141,13 +141,20 @@ class SnapshotStore:
         retention: Retention,
         disk_usage: DiskUsage = shutil.disk_usage,
         clock: Callable[[], float] = time.time,
+        deployment: str | None = None,
     ) -> None:
+        """`deployment`: one of several vLLM servers on the host (sidecar/multi_target.py); its
+        folders go under `root/<host>/<deployment>/`, a folder every reader takes as it takes
+        a host folder. None: `root/<host>/`, as a daemon with one target has always written."""
         self.root = Path(root)
         self.host = host
-        self.dir = self.root / host
+        self.deployment = deployment
+        self.dir = self.root / host / deployment if deployment else self.root / host
         self.retention = retention
         self._disk_usage = disk_usage
         self._clock = clock
+        # Folders retention and the disk guard must keep: those waiting for their upload.
+        self._held: Callable[[str], bool] | None = None
         self._lock = threading.RLock()
         self.disk_state = DiskState.OK
         self.free_bytes = 0
@@ -161,6 +168,16 @@ class SnapshotStore:
         self._gaps: list[dict[str, Any]] = gaps[-MAX_GAPS:] if isinstance(gaps, list) else []
         self._probe()
         self._write_index()
+
+    def set_hold(self, held: Callable[[str], bool] | None) -> None:
+        """`held(name)`: True while a folder may not be deleted (its upload is not confirmed,
+        sidecar/upload.py); None: every folder is retention's to delete."""
+        with self._lock:
+            self._held = held
+
+    def _deletable(self) -> list[StoredSnapshot]:
+        held = self._held
+        return [e for e in self._entries if held is None or not held(e.name)]
 
     def write(self, snapshot: Snapshot, kind: Kind | str) -> WriteOutcome:
         """Retention, room for the snapshot, then an atomic write; never raises on a full disk."""
@@ -220,7 +237,8 @@ class SnapshotStore:
         in a container the sidecar is PID 1 on every run); another live process's is kept."""
         removed: list[str] = []
         with self._lock:
-            for path in _children(self.dir) + _children(self.dir / ".table"):
+            for path in [*_children(self.dir), *_children(self.dir / ".table"),
+                         *_children(self.dir / ".uploads")]:  # fmt: skip
                 m = _LEFTOVER.match(path.name)
                 pid = int(m["pid"]) if m else None
                 if pid is None or (pid != os.getpid() and _pid_alive(pid)):
@@ -255,7 +273,7 @@ class SnapshotStore:
         ages = {Kind.SNAPSHOT: r.max_age_s, Kind.BASELINE: r.baseline_max_age_s}
         return [
             e
-            for e in self._entries
+            for e in self._deletable()
             if e is not keep and (age := ages[e.kind]) is not None and now - e.started > age
         ]
 
@@ -267,7 +285,7 @@ class SnapshotStore:
             return []
         excess = self.total_bytes_used + (reserve if reserve < limit else 0) - limit
         keep = self._newest(Kind.BASELINE)
-        candidates = [e for e in self._entries if e is not keep]
+        candidates = [e for e in self._deletable() if e is not keep]
         out = []
         for e in sorted(candidates, key=lambda e: e.kind is Kind.BASELINE):  # stable: by age
             if excess <= 0:
@@ -282,7 +300,7 @@ class SnapshotStore:
         free, need = self._probe(), self._need()
         if free is None or free >= need:
             return []
-        regular = [e for e in self._entries if e.kind is Kind.SNAPSHOT]
+        regular = [e for e in self._deletable() if e.kind is Kind.SNAPSHOT]
         if free + sum(e.bytes for e in regular) < need:
             return []
         deleted: list[str] = []
@@ -377,6 +395,7 @@ class SnapshotStore:
         return {
             "schema": INDEX_SCHEMA,
             "host": self.host,
+            **({"deployment": self.deployment} if self.deployment else {}),
             "updated_at": _iso(self._clock()),
             "latest": latest.as_index() if latest else None,
             "latest_baseline": baseline.as_index() if baseline else None,

@@ -9,6 +9,7 @@ warning that names it: the rest of the trend stands.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable
@@ -62,6 +63,18 @@ def host_folders(out: Path, host: str | None) -> list[Path]:
     if not hosts:
         host_folder(out, None)  # raises: it says what to point at
     return [out / h for h in hosts]
+
+
+def folder_label(host_dir: Path) -> str:
+    """What a host folder is called in a report: its name, or `<host>/<deployment>` for a
+    deployment folder of a daemon with `targets:` (its index.json names both)."""
+    try:
+        doc = json.loads((host_dir / INDEX_NAME).read_text())
+    except (OSError, ValueError):
+        return host_dir.name
+    if isinstance(doc, dict) and doc.get("deployment") and doc.get("host"):
+        return f"{doc['host']}/{doc['deployment']}"
+    return host_dir.name
 
 
 def snapshot_folders(host_dir: Path) -> set[str]:
@@ -132,8 +145,27 @@ def _is_host_folder(folder: Path) -> bool:
 
 
 def _hosts(out: Path) -> list[str]:
+    """The host folders under OUT: `<host>`, or `<host>/<deployment>` for each deployment of a
+    daemon with several targets (sidecar/multi_target.py writes OUT/<host>/<deployment>/)."""
+    found: list[str] = []
     with os.scandir(out) as entries:
-        return sorted(e.name for e in entries if e.is_dir() and _is_host_folder(Path(e.path)))
+        for e in entries:
+            if not e.is_dir():
+                continue
+            if _is_host_folder(Path(e.path)):
+                found.append(e.name)
+            else:
+                found.extend(f"{e.name}/{d}" for d in _deployments(Path(e.path)))
+    return sorted(found)
+
+
+def _deployments(host_dir: Path) -> list[str]:
+    try:
+        with os.scandir(host_dir) as entries:
+            return [e.name for e in entries if e.is_dir() and not e.name.startswith(".")
+                    and _is_host_folder(Path(e.path))]  # fmt: skip
+    except OSError:
+        return []
 
 
 def _hosts_hint(out: Path) -> str:

@@ -36,7 +36,9 @@ from sidecar.writers import fsync_dir, to_jsonable
 TABLE_NAME = "snapshots.parquet"
 PARTS_DIR = ".table"
 COMPACT_EVERY = 48  # parts: four hours of 5-minute snapshots
-TABLE_VERSION = 1  # in the file's metadata; a reader rebuilds a table of another version
+# In the file's metadata; a reader rebuilds a table of another version from the summaries.
+# 2: `samples.<role>`, each role's samples (fleet shares are weighted by them: `aggregate`).
+TABLE_VERSION = 2
 
 # vLLM's figures over the window (ServingFigures), each a column of the same name.
 SERVING = (
@@ -49,6 +51,9 @@ CUSTOM_PREFIX = "custom."  # + the custom metric's name (config custom_metrics)
 # Share columns: `share.<role>.<phase>` over all the role's threads (the summary's by_role),
 # `main.<role>.<phase>` over each process's main thread (main_thread).
 SHARE_PREFIXES = {"share": "by_role", "main": "main_thread"}
+# `samples.<role>`: the role's samples, the weight of its `share.<role>.*` columns when shares
+# of many snapshots are pooled (a fleet's share is a ratio of sums, not a mean of shares).
+ROLE_SAMPLES = "samples"
 
 
 class TableError(Exception):
@@ -64,6 +69,7 @@ def table_schema() -> pa.Schema:
     fields += [pa.field(n, pa.float64()) for n in ("samples", "duration_s", "sampler_cpu_share")]
     fields += [pa.field(n, pa.float64()) for n in SERVING]
     fields += [pa.field(n, pa.float64()) for n in ("kv_bytes", "gpu_util_pct", "partial")]
+    fields += [pa.field(f"{ROLE_SAMPLES}.{role.value}", pa.float64()) for role in Role]
     fields += [
         pa.field(f"{prefix}.{role.value}.{phase.value}", pa.float64())
         for prefix in SHARE_PREFIXES
@@ -94,6 +100,7 @@ def summary_row(summary: SnapshotSummary, name: str | None = None) -> dict[str, 
         # The operator's custom metrics (schema 4): a float column each, `custom.<name>`,
         # added to the fixed schema as the rows bring them (rows_to_table).
         **{f"{CUSTOM_PREFIX}{m.name}": m.value for m in summary.custom},
+        **{f"{ROLE_SAMPLES}.{role}": float(n) for role, n in summary.role_samples.items()},
     }
     for prefix, section in SHARE_PREFIXES.items():
         for role, shares in getattr(summary, section).items():
@@ -186,6 +193,26 @@ class TrendTable:
         if main is None and not tables:
             return None, read, warnings
         return _dedupe(_concat(tables)), read, warnings
+
+    def row_file(self, name: str, dest: Path) -> Path | None:
+        """The row of folder `name` alone, written to `dest` (its part, or the main file's row
+        after a compaction); None when the table has no row for it."""
+        part = self.parts_dir / f"{name}.parquet"
+        try:
+            table = pq.read_table(part)
+        except FileNotFoundError:
+            main, _, _ = self.read()
+            table = select_names(main, {name}) if main is not None else None
+        except (OSError, pa.ArrowException) as exc:
+            raise TableError(f"cannot read {part}: {exc}") from exc
+        if table is None or table.num_rows == 0:
+            return None
+        try:  # a staging copy for an upload: no fsync, the table's own files stay the truth
+            pq.write_table(table.replace_schema_metadata(table_schema().metadata), dest,
+                           compression="zstd")  # fmt: skip
+        except pa.ArrowException as exc:
+            raise TableError(f"cannot write {dest}: {exc}") from exc
+        return dest
 
     def compact(self, keep: Collection[str] | None = None) -> pa.Table:
         """Fold the parts into the main file, keeping only rows whose folder is in `keep`."""

@@ -140,6 +140,28 @@ def _url(value: Any) -> str:
     return text
 
 
+def _object_url(value: Any) -> str:
+    """s3://bucket/prefix; a key or secret in it (s3://KEY:SECRET@bucket) is refused: the
+    credentials come from the AWS chain, never from the config (config.CREDENTIALS_HELP)."""
+    text = _text(value).strip()
+    parts = urlsplit(text)
+    if parts.scheme != "s3" or not parts.netloc:
+        raise Unfit("is not an s3://bucket/prefix URL")
+    if "@" in parts.netloc or parts.password is not None:
+        raise Unfit("holds credentials; give them in the AWS environment or ~/.aws, not here")
+    if parts.query or parts.fragment:
+        raise Unfit("has a query or fragment; give s3://bucket/prefix only")
+    return text.rstrip("/")
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, str) and re.fullmatch(r"\s*[0-9]{1,6}\s*", value):
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise Unfit("is not a whole number >= 0")
+    return value
+
+
 def _log_level(value: Any) -> str:
     text = _text(value).strip().lower()
     if text not in LOG_LEVELS:
@@ -186,6 +208,10 @@ PATH = Unit("path", lambda value: Path(_text(value)), "give a path, e.g. /var/li
 COMMAND = Unit("command", _text, "give a command on PATH or a path to it, e.g. /usr/bin/py-spy")
 PID = Unit("pid", _pid, "give a process ID, e.g. 4242")
 URL = Unit("url", _url, "give an http(s) URL, e.g. http://127.0.0.1:8000/metrics")
+OBJECT_URL = Unit(
+    "object store URL", _object_url, "give s3://bucket/prefix, e.g. s3://profiles/vllm"
+)
+COUNT = Unit("count", _count, "give a whole number, e.g. 3")
 LOG_LEVEL = Unit("log level", _log_level, f"give one of {', '.join(LOG_LEVELS)}")
 LISTEN = Unit("listen address", _listen, FORMS)
 

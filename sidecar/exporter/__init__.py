@@ -7,11 +7,12 @@ server     start_exporter / parse_listen: the HTTP endpoint on a private registr
 
 from sidecar.exporter.collector import HELP, PREFIX, SidecarCollector
 from sidecar.exporter.server import ExporterHandle, start_exporter
-from sidecar.exporter.state import ExporterState, ExporterView
+from sidecar.exporter.state import ExporterGroup, ExporterState, ExporterView
 
 __all__ = [
     "HELP",
     "PREFIX",
+    "ExporterGroup",
     "ExporterHandle",
     "ExporterState",
     "ExporterView",

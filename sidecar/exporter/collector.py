@@ -13,7 +13,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from sidecar import __version__
-from sidecar.exporter.state import ExporterState, ExporterView, SnapshotMark
+from sidecar.exporter.state import ExporterGroup, ExporterState, ExporterView, SnapshotMark
 from sidecar.records import Phase
 from sidecar.records.readings import KvCache, ServingFigures
 from sidecar.records.summary import SnapshotSummary
@@ -32,6 +32,8 @@ HELP: Mapping[str, tuple[str, str]] = {
     "sampling_errors": ("counter", "Failed samples in all snapshots since the sidecar started."),
     "sampling_rate_hz": ("gauge", "Achieved sampling rate of the latest snapshot."),
     "sampler_cpu_share": ("gauge", "py-spy CPU time over window length, latest snapshot."),
+    "sampler_cpu_budget_ratio": ("gauge", "The CPU budget the rate adapts to (sampling.cpu_budget, "
+                                 "a share of one core); absent when off."),
     "sampling_behind_seconds": ("gauge", "How far py-spy fell behind its schedule."),
     "stage_samples": ("gauge", "Model-step samples per stage (prefill, decode, unknown)."),
     "gpu_memory_used_bytes": ("gauge", "Device memory in use (NVML)."),
@@ -49,7 +51,13 @@ HELP: Mapping[str, tuple[str, str]] = {
     "serving_generation_tokens_per_second": ("gauge", "Generated tokens per second."),
     "serving_prefill_seconds_mean": ("gauge", "Mean prefill time per request over the window."),
     "serving_decode_seconds_mean": ("gauge", "Mean decode time per request over the window."),
-    "serving_ttft_seconds": ("gauge", "Time to first token over the window, by quantile."),
+    # Window quantiles, one gauge each: a `quantile` label is reserved for summaries and
+    # `promtool check metrics` rejects it on a gauge. Earlier builds exported
+    # serving_ttft_seconds{quantile="0.5"|"0.95"} (README: "Prometheus and Grafana").
+    "serving_ttft_p50_seconds": ("gauge", "Median time to first token over the window."),
+    "serving_ttft_p95_seconds": ("gauge", "95th percentile time to first token, window."),
+    "serving_itl_p50_seconds": ("gauge", "Median inter-token latency over the window."),
+    "serving_itl_p95_seconds": ("gauge", "95th percentile inter-token latency, window."),
     "custom": ("gauge", "A custom metric (config custom_metrics) over the window: a rate per "
                "second, a mean or a last value, as `kind` says; absent when not measured."),
     "last_snapshot_timestamp_seconds": ("gauge", "When the last snapshot of this kind was done."),
@@ -66,6 +74,11 @@ HELP: Mapping[str, tuple[str, str]] = {
     "snapshots_written": ("counter", "Snapshots written to disk."),
     "snapshots_skipped": ("counter", "Snapshots not written (disk low)."),
     "snapshots_deleted": ("counter", "Snapshots deleted by retention."),
+    "upload_backlog": ("gauge", "Snapshot folders waiting for their upload to object storage."),
+    "upload_last_success_timestamp_seconds": ("gauge", "When the last folder's upload was "
+                                              "confirmed; absent before the first."),
+    "upload_failures": ("counter", "Failed upload tries; each doubles the wait before the next."),
+    "snapshots_uploaded": ("counter", "Snapshot folders uploaded and confirmed by a listing."),
     "window_failures": ("counter", "Failures the daemon carried on through, by kind."),
     "finding": ("gauge", "1 for each finding of the latest snapshot (configs/advice.yaml); "
                 "absent when it does not fire."),
@@ -80,6 +93,10 @@ SERVING = (
     ("serving_generation_tokens_per_second", "generation_tokens_per_s"),
     ("serving_prefill_seconds_mean", "prefill_time_mean_s"),
     ("serving_decode_seconds_mean", "decode_time_mean_s"),
+    ("serving_ttft_p50_seconds", "ttft_p50_s"),
+    ("serving_ttft_p95_seconds", "ttft_p95_s"),
+    ("serving_itl_p50_seconds", "itl_p50_s"),
+    ("serving_itl_p95_seconds", "itl_p95_s"),
 )
 GPU_FIELDS = (
     ("gpu_memory_used_bytes", "memory_used_bytes", 1.0),
@@ -127,33 +144,48 @@ def _number(value: Any) -> float | None:
 class SidecarCollector:
     """A custom collector: each scrape builds its families from one `ExporterView`."""
 
-    def __init__(self, state: ExporterState) -> None:
+    def __init__(self, state: ExporterState | ExporterGroup) -> None:
         self.state = state
 
     def describe(self) -> list[Metric]:
         return []  # no names reserved: the registry is ours alone, and families come and go
 
     def collect(self) -> Iterator[Metric]:
-        view, now = self.state.view, self.state.clock()
-        host = {"host": self.state.host}
-        target = {**host, "target": "" if view.root_pid is None else str(view.root_pid)}
         out = _Families()
-        out.add("build_info", {**host, "version": __version__}, 1)
-        # Counters and daemon state carry `host` only: they outlive a target's PID, and a
-        # series that changed its labels on every vLLM restart would break rate() and alerts.
-        out.add("samples", host, view.samples_total)
-        out.add("sampling_errors", host, view.errors_total)
-        if view.summary is not None:
-            _add_summary(out, view.summary, target)
-            _add_findings(out, view, target)
-        _add_marks(out, view.marks, host, now)
-        _add_daemon(out, view, host)
-        for kind, count in sorted(view.failures.items()):
-            out.add("window_failures", {**host, "kind": kind}, count)
+        states = self.state.states() if isinstance(self.state, ExporterGroup) else (self.state,)
+        for state in states:
+            # One per deployment (and the daemon's own, `deployment=""`): the dashboard's
+            # deployment selector lists `label_values(vllm_sidecar_build_info, deployment)`.
+            out.add("build_info", {"host": state.host, **state.labels, "version": __version__}, 1)
+        for state in states:
+            _add_state(out, state)
         yield from out
 
 
-def _add_summary(out: _Families, summary: SnapshotSummary, target: dict[str, str]) -> None:
+def _add_state(out: _Families, state: ExporterState) -> None:
+    """One state's series; a fleet's carry its deployment's labels, so that a query tells the
+    servers of one host apart (every state of a group has the same label names)."""
+    view, now = state.view, state.clock()
+    host = {"host": state.host, **state.labels}
+    target = {**host, "target": "" if view.root_pid is None else str(view.root_pid),
+              **state.instance_labels}  # fmt: skip
+    # Counters and daemon state carry `host` (and a fleet's deployment) only: they outlive a
+    # target's PID; a series that changed its labels on every vLLM restart would break rate().
+    out.add("samples", host, view.samples_total)
+    out.add("sampling_errors", host, view.errors_total)
+    if view.summary is not None:
+        _add_summary(out, view.summary, target, host)
+        out.add("sampler_cpu_budget_ratio", target, view.cpu_budget)
+        _add_findings(out, view, target)
+    _add_marks(out, view.marks, host, now)
+    _add_daemon(out, view, host)
+    for kind, count in sorted(view.failures.items()):
+        out.add("window_failures", {**host, "kind": kind}, count)
+
+
+def _add_summary(
+    out: _Families, summary: SnapshotSummary, target: dict[str, str], host: dict[str, str]
+) -> None:
     sampling = summary.sampling
     out.add("sampling_rate_hz", target, sampling.rate_hz)
     out.add("sampler_cpu_share", target, sampling.sampler_cpu_share)
@@ -167,7 +199,7 @@ def _add_summary(out: _Families, summary: SnapshotSummary, target: dict[str, str
                 out.add(name, labels, shares.get(phase.value, 0.0))
     for stage, n in summary.stages.items():
         out.add("stage_samples", {**target, "stage": stage}, n)
-    _add_gpu(out, summary, target)
+    _add_gpu(out, summary, target, host)
     _add_serving(out, summary.serving, summary.kv_cache, target)
     for m in summary.custom:  # one series per custom metric; None (not measured): absent
         out.add("custom", {**target, "name": m.name, "kind": m.kind, "unit": m.unit or ""},
@@ -184,11 +216,12 @@ def _add_findings(out: _Families, view: ExporterView, target: dict[str, str]) ->
                 sum(1 for f in view.findings if f.severity == severity))  # fmt: skip
 
 
-def _add_gpu(out: _Families, summary: SnapshotSummary, target: dict[str, str]) -> None:
+def _add_gpu(
+    out: _Families, summary: SnapshotSummary, target: dict[str, str], host: dict[str, str]
+) -> None:
     if not summary.gpu.available:
         return
     roles = {p.pid: p.role.value for p in summary.target.processes}
-    host = {"host": target["host"]}
     for device in summary.gpu.devices:
         labels = {**host, "gpu": device.label}
         for name, key, scale in GPU_FIELDS:
@@ -208,8 +241,6 @@ def _add_serving(
 ) -> None:
     for name, key in SERVING:
         out.add(name, target, getattr(serving, key))
-    for quantile, value in (("0.5", serving.ttft_p50_s), ("0.95", serving.ttft_p95_s)):
-        out.add("serving_ttft_seconds", {**target, "quantile": quantile}, value)
     if kv:
         out.add("kv_cache_bytes", target, kv.bytes)
         if kv.share_of:
@@ -244,3 +275,9 @@ def _add_daemon(out: _Families, view: ExporterView, host: dict[str, str]) -> Non
         out.add("snapshots_written", host, d.written_total)
         out.add("snapshots_skipped", host, d.skipped_total)
         out.add("snapshots_deleted", host, d.deleted_total)
+    if view.upload is not None:
+        u = view.upload
+        out.add("upload_backlog", host, u.backlog)
+        out.add("upload_last_success_timestamp_seconds", host, u.last_success_wall)
+        out.add("upload_failures", host, u.failures_total)
+        out.add("snapshots_uploaded", host, u.uploaded_total)

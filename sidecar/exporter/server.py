@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from sidecar.errors import ConfigError
 from sidecar.exporter.collector import SidecarCollector
-from sidecar.exporter.state import ExporterState
+from sidecar.exporter.state import ExporterGroup, ExporterState
 from sidecar.listen import ListenAddress, parse_listen
 
 
@@ -52,7 +52,9 @@ class ExporterHandle:
         self.thread.join(timeout)
 
 
-def start_exporter(listen: str | None, state: ExporterState) -> ExporterHandle | None:
+def start_exporter(
+    listen: str | None, state: ExporterState | ExporterGroup
+) -> ExporterHandle | None:
     """Serve `state` on `listen` from a daemon thread; None when `listen` is off."""
     address = parse_listen(listen)
     if address is None:

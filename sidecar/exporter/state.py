@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from sidecar.advice import Finding
 from sidecar.records.summary import SnapshotSummary
+from sidecar.upload import UploadStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,7 @@ class ExporterView:
 
     summary: SnapshotSummary | None = None
     findings: tuple[Finding, ...] = ()  # the latest snapshot's (configs/advice.yaml)
+    cpu_budget: float | None = None  # the sampler's CPU budget then; None: off (fixed rate)
     root_pid: int | None = None
     samples_total: int = 0
     errors_total: int = 0
@@ -59,6 +61,7 @@ class ExporterView:
     disk: DiskState | None = None
     schedule: ScheduleState | None = None
     failures: Mapping[str, int] = field(default_factory=dict)  # kind -> count
+    upload: UploadStatus | None = None  # None: upload.url is not set
 
 
 class ExporterState:
@@ -68,9 +71,20 @@ class ExporterState:
     age is `clock()` at scrape time minus `clock()` when the snapshot was handed over.
     """
 
-    def __init__(self, host: str | None = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        host: str | None = None,
+        clock: Callable[[], float] = time.time,
+        labels: Mapping[str, str] | None = None,
+    ) -> None:
+        """`labels`: what every series of this state carries besides `host`; a fleet daemon
+        gives each deployment its `deployment`, `model` and `port` (sidecar/multi_target.py)."""
         self.host = host or socket.gethostname()
         self.clock = clock
+        self.labels: dict[str, str] = dict(labels or {})
+        # Labels of the per-snapshot series only: the running server's `root_start`, which
+        # changes with each restart of vLLM (counters keep `labels` alone, so rate() holds).
+        self.instance_labels: dict[str, str] = {}
         self._lock = threading.Lock()
         self._view = ExporterView()
 
@@ -84,6 +98,7 @@ class ExporterState:
         kind: str,
         written_path: str | None,
         findings: tuple[Finding, ...] = (),
+        cpu_budget: float | None = None,
     ) -> None:
         root_pid = summary.target.root_pid
         mark = SnapshotMark(kind, self.clock(), written_path)
@@ -93,6 +108,7 @@ class ExporterState:
                 v,
                 summary=summary,
                 findings=findings,
+                cpu_budget=cpu_budget,
                 root_pid=root_pid if root_pid is not None else v.root_pid,
                 samples_total=v.samples_total + summary.sampling.samples,
                 errors_total=v.errors_total + summary.sampling.errors,
@@ -126,3 +142,37 @@ class ExporterState:
     def update_failures(self, counts: Mapping[str, int]) -> None:
         with self._lock:
             self._view = replace(self._view, failures=dict(counts))
+
+    def clear_snapshot(self) -> None:
+        """The deployment went away: its last window's gauges go with it (its counters stay)."""
+        with self._lock:
+            self._view = replace(self._view, summary=None, findings=(), root_pid=None)
+
+    def update_upload(self, status: UploadStatus | None) -> None:
+        """From the upload thread (sidecar/upload.py): the lock makes the swap whole."""
+        with self._lock:
+            self._view = replace(self._view, upload=status)
+
+
+class ExporterGroup:
+    """Several states behind one endpoint: the fleet daemon's, one per deployment, plus the
+    daemon's own (discovery failures). Members come and go while scrapes read them."""
+
+    def __init__(self, daemon: ExporterState) -> None:
+        self.daemon = daemon
+        self.host, self.clock = daemon.host, daemon.clock
+        self._members: dict[str, ExporterState] = {}
+        self._lock = threading.Lock()
+
+    def add(self, name: str, state: ExporterState) -> None:
+        with self._lock:
+            self._members = {**self._members, name: state}
+
+    def remove(self, name: str) -> None:
+        """Drop a member's series from the endpoint (a deployment gone for good)."""
+        with self._lock:
+            self._members = {k: v for k, v in self._members.items() if k != name}
+
+    def states(self) -> tuple[ExporterState, ...]:
+        members = self._members  # replaced whole: one read is consistent
+        return (self.daemon, *(members[name] for name in sorted(members)))

@@ -12,34 +12,20 @@ in-process window until the load had ended: 0 tokens in 6.6 s).
 
 from __future__ import annotations
 
-import socket
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from devtools import sidecar_proc
 from devtools.diff_windows import cli, steady_load
-from devtools.server import VllmServer, free_port
-from devtools.step_exporter import BEFORE
+from devtools.server import VllmServer, free_port, wait_listening
+from devtools.step_exporter import QUEUE
 from sidecar.report import render
 from sidecar.summary_io import read_summary
 
 pytestmark = pytest.mark.integration
 STEP = 42
-
-
-def wait_listening(port: int, timeout_s: float = 60.0) -> None:
-    """Return once something accepts on PORT (a bare connection: no scrape)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            assert time.monotonic() < deadline, f"nothing listens on {port} after {timeout_s} s"
-            time.sleep(0.1)
 
 
 def test_custom_metrics_from_vllm_and_a_router(vllm_server: VllmServer, tmp_path: Path) -> None:
@@ -50,7 +36,7 @@ def test_custom_metrics_from_vllm_and_a_router(vllm_server: VllmServer, tmp_path
     )  # fmt: skip
     router = f"http://127.0.0.1:{port}/metrics"
     try:
-        wait_listening(port)
+        wait_listening(port, service, "the operator's service (devtools.step_exporter)")
         config_path = tmp_path / "sidecar.yaml"
         config_path.write_text(f"""
 gpu: false
@@ -90,7 +76,7 @@ custom_metrics:
     # The service: exactly its step, read by the window's first and last scrapes.
     assert routed_m.kind == "rate" and routed_m.source == router and routed_m.window_s
     assert routed_m.value * routed_m.window_s == pytest.approx(STEP)
-    assert (queue_m.kind, queue_m.value, queue_m.samples) == ("mean", (BEFORE[1] + 9) / 2, 2)
+    assert (queue_m.kind, queue_m.value, queue_m.samples) == ("mean", sum(QUEUE) / 2, 2)
     # Nothing listens there: that metric says why, and the window is whole.
     assert gone.value is None and "connection refused (is the exporter" in (gone.reason or "")
     assert summary.sampling.samples > 0 and serving.reason is None

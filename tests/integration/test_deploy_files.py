@@ -43,6 +43,9 @@ CHECKS = (
     "docker-context",
     "nginx",
     "promtool",
+    "prometheus-rules",
+    "kubernetes",
+    "servicemonitor",
 )
 VALIDATE_TIMEOUT_S = 900  # the first run installs the validators (PyPI, one Debian .deb)
 
@@ -134,6 +137,26 @@ BREAKAGES = [
     ("docker-context", ".dockerignore", "!setup.cfg\n", ""),
     ("nginx", "configs/nginx.conf", "proxy_buffering off;", "proxy_buffering of;"),
     ("promtool", "configs/prometheus.yml", "scrape_interval: 15s", "scrape_interval: 15x"),
+    (
+        "prometheus-rules",
+        "deploy/prometheus/vllm-sidecar-rules.yml",
+        'vllm_sidecar_disk_state{state="low"} == 1',
+        'vllm_sidecar_disk_state{state="low"} == 2',
+    ),
+    ("kubernetes", "deploy/kubernetes/daemonset.yaml", "hostPID: true", "hostPID: always"),
+    (
+        "kubernetes",
+        "deploy/kubernetes/vllm-with-sidecar.yaml",
+        "shareProcessNamespace: true",
+        "shareProcessNamespac: true",
+    ),
+    ("servicemonitor", "deploy/kubernetes/daemonset.yaml", "scrapeTimeout:", "scrapeTimout:"),
+    (
+        "servicemonitor",
+        "deploy/kubernetes/vllm-with-sidecar.yaml",
+        "interval: 30s",
+        "interval: 30x",
+    ),
 ]
 
 
@@ -151,7 +174,7 @@ def deploy_copy(tmp_path: Path) -> Path:
     if (ROOT / "README.md").exists():
         shutil.copy2(ROOT / "README.md", tmp_path / "README.md")
     skip_caches = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for folder in ("systemd", "configs", "sidecar"):
+    for folder in ("systemd", "configs", "sidecar", "deploy"):
         shutil.copytree(ROOT / folder, tmp_path / folder, ignore=skip_caches)
     return tmp_path
 

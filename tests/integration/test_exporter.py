@@ -10,6 +10,7 @@ import functools
 import json
 import math
 import socket
+import subprocess
 import threading
 import time
 import urllib.request
@@ -23,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from sidecar import __version__
+from sidecar.advice import Finding
 from sidecar.classifier import Classifier
 from sidecar.errors import ConfigError
 from sidecar.exporter import ExporterHandle, ExporterState, start_exporter
@@ -37,6 +39,7 @@ from sidecar.rules import load_rules
 from sidecar.sampler import Window
 from sidecar.snapshot import Readings, build_snapshot
 from sidecar.vllm_metrics import parse_scrape, serving_figures
+from tests import promtools
 from tests.nvml_double import RecordedNvml
 
 pytestmark = pytest.mark.integration
@@ -138,7 +141,8 @@ def exporter(state: ExporterState) -> Iterator[ExporterHandle]:
 
 def _feed(state: ExporterState, summary: SnapshotSummary) -> None:
     state.update_target(True, 2, None)
-    state.update_snapshot(summary, "periodic", "/var/lib/vllm-sidecar/20260528T000000Z")
+    state.update_snapshot(summary, "periodic", "/var/lib/vllm-sidecar/20260528T000000Z",
+                          cpu_budget=0.02)  # fmt: skip
     state.update_disk("ok", 10 << 30, 5 << 20, written_total=7, skipped_total=1, deleted_total=3)
     state.update_schedule(T0 + 60, 0.25, 4)
 
@@ -175,6 +179,7 @@ def test_every_section_of_the_summary_is_exported(
     assert got.value("vllm_sidecar_sampling_errors_total") == 3
     assert got.value("vllm_sidecar_sampling_rate_hz", target="1") == 50.0
     assert got.value("vllm_sidecar_sampler_cpu_share") == pytest.approx(0.0375)
+    assert got.value("vllm_sidecar_sampler_cpu_budget_ratio", target="1") == 0.02
     assert got.value("vllm_sidecar_sampling_behind_seconds") == 0.0
     # GPU: the H100 of h100_tp1.yaml, and the EngineCore's context on it by its container PID.
     assert got.value("vllm_sidecar_gpu_memory_used_bytes", gpu="gpu0") == 78023245824
@@ -195,12 +200,10 @@ def test_every_section_of_the_summary_is_exported(
     assert got.value("vllm_sidecar_serving_decode_seconds_mean") == pytest.approx(
         serving.decode_time_mean_s
     )
-    assert got.value("vllm_sidecar_serving_ttft_seconds", quantile="0.5") == pytest.approx(
-        serving.ttft_p50_s
-    )
-    assert got.value("vllm_sidecar_serving_ttft_seconds", quantile="0.95") == pytest.approx(
-        serving.ttft_p95_s
-    )
+    for name, value in (("ttft_p50", serving.ttft_p50_s), ("ttft_p95", serving.ttft_p95_s),
+                        ("itl_p50", serving.itl_p50_s), ("itl_p95", serving.itl_p95_s)):  # fmt: skip
+        assert value is not None, name
+        assert got.value(f"vllm_sidecar_serving_{name}_seconds") == pytest.approx(value)
     assert got.value("vllm_sidecar_kv_cache_bytes") == 1 << 30
     assert got.value("vllm_sidecar_kv_cache_share", of="gpu") == pytest.approx(kv.share)
     assert got.value("vllm_sidecar_kv_cache_usage_ratio") == 0.0
@@ -222,6 +225,26 @@ def test_every_section_of_the_summary_is_exported(
     assert got.value("vllm_sidecar_snapshots_deleted_total") == 3
     assert all(math.isfinite(s.value) for s in got.samples)
     assert "NaN" not in got.text
+
+
+def test_promtool_check_metrics_is_clean(state: ExporterState, exporter: ExporterHandle) -> None:
+    """Prometheus' own linter over a full scrape: every family, a finding firing, failures."""
+    promtool = promtools.find("promtool")
+    if promtool is None:
+        pytest.skip(promtools.MISSING.format(name="promtool"))
+    summary = build_summary()
+    _feed(state, summary)
+    kv = Finding("kv-cache-exhausted", "critical", "The KV cache ran out", ("e",), "k",
+                 ("--max-num-seqs",), "w", "https://docs.vllm.ai/")  # fmt: skip
+    state.update_snapshot(summary, "baseline", None, (kv,), cpu_budget=0.02)
+    state.update_target(False, 3, T0 - 5)
+    state.update_failures({"metrics": 2, "gpu": 1})
+    text = scrape(exporter).text
+    assert "vllm_sidecar_finding{" in text and "vllm_sidecar_sampler_cpu_budget_ratio{" in text
+    checked = subprocess.run([str(promtool), "check", "metrics"], input=text, text=True,
+                             capture_output=True, timeout=60)  # fmt: skip
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout + checked.stderr == ""
 
 
 def test_counters_add_up_and_age_follows_each_kind(
@@ -263,6 +286,7 @@ def test_unknown_values_are_omitted_never_nan(
     assert not any(n.startswith(("vllm_sidecar_gpu_", "vllm_sidecar_serving_",
                                  "vllm_sidecar_kv_")) for n in names)  # fmt: skip
     assert "vllm_sidecar_disk_free_bytes" not in names
+    assert "vllm_sidecar_sampler_cpu_budget_ratio" not in names  # the budget is off
     assert got.value("vllm_sidecar_target_up") == 0
     assert got.value("vllm_sidecar_target_down_since_timestamp_seconds") == T0 - 5
     assert got.value("vllm_sidecar_disk_state", state="low") == 1

@@ -224,9 +224,10 @@ def test_the_example_config_lists_every_setting() -> None:
     data = yaml.safe_load(example.read_text())
     listed = {f"{k}.{sub}" if isinstance(v, dict) else k
               for k, v in data.items() for sub in (v if isinstance(v, dict) else [k])}  # fmt: skip
-    # custom_metrics is a list (file only, no variable): the example shows it empty.
+    # custom_metrics and targets are lists (file only, no variable): the example shows them empty.
     assert data.pop("custom_metrics") == [] and "custom_metrics" in listed
-    assert listed - {"custom_metrics"} == set(ENV_VARIABLES.values())
+    assert data.pop("targets") == [] and "targets" in listed
+    assert listed - {"custom_metrics", "targets"} == set(ENV_VARIABLES.values())
 
 
 # ------------------------------------------------------------------------------------- rules

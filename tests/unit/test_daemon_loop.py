@@ -126,6 +126,9 @@ class FakeStore:
     def cleanup_temp(self) -> tuple[str, ...]:
         return ()
 
+    def set_hold(self, held: Callable[[str], bool] | None) -> None:
+        self.held = held  # what the uploads hold back from retention (upload.url)
+
 
 def _iso(wall: float) -> str:
     return datetime.fromtimestamp(wall, tz=UTC).isoformat(timespec="seconds")
@@ -690,3 +693,86 @@ def test_main_prints_the_traceback_of_a_bug_and_exits_70(
     err = capsys.readouterr().err
     assert "Traceback (most recent call last)" in err and "KeyError: 'a bug'" in err
     assert "please report it" in err
+
+
+# ---------------------------------------------------------------- uploads (upload.url)
+
+
+class FakeUploads:
+    """The upload thread as the daemon drives it (sidecar/upload.py's UploadThread)."""
+
+    def __init__(self, url: str | None, stops_in_time: bool = True) -> None:
+        self.url, self.events = url, []  # type: ignore[var-annotated]
+        self.stops_in_time = stops_in_time  # False: a request to the store hangs past the wait
+        self.uploader = self  # the daemon reads `uploader.held` and sets `uploader.on_change`
+        self.on_change: Callable[[Any], None] | None = None
+
+    def held(self, name: str) -> bool:
+        return True
+
+    def status(self) -> str:
+        return "status at start"
+
+    def start(self, clean_staging: bool = True) -> None:
+        self.events.append("start" if clean_staging else "start, staging kept")
+
+    def wake(self) -> None:
+        self.events.append("wake")
+
+    def stop(self, timeout: float = 30.0) -> bool:
+        self.events.append("stop")
+        return self.stops_in_time
+
+
+def test_uploads_start_with_the_daemon_hear_each_write_hold_retention_and_stop_with_it(
+    tmp_path: Path,
+) -> None:
+    world = World()
+    world.start(deployment(100))
+    made: list[FakeUploads] = []
+
+    def uploads(config: Config, store: Any) -> FakeUploads:
+        made.append(FakeUploads(config.upload.url))
+        return made[-1]
+
+    path = write_config(tmp_path / "sidecar.yaml", extra="upload:\n  url: s3://bucket/a\n")
+    d, store, _ = reloading_daemon(world, path, uploads=uploads)
+
+    def reload() -> None:  # a new URL: the old thread stops before the new one starts
+        write_config(path, extra="upload:\n  url: s3://bucket/b\n")
+        d.signals.reload.set()
+
+    world.time.at(T0 + 90, reload)
+    world.stop_at(T0 + 150)
+    d.serve()
+    first, second = made
+    assert (first.url, second.url) == ("s3://bucket/a", "s3://bucket/b")
+    assert first.events == ["start", "wake", "wake", "stop"]  # two windows, then the reload
+    assert second.events == ["start", "wake", "stop"]
+    assert store.held == second.held and second.on_change == d.state.update_upload
+
+
+def test_a_reload_keeps_the_staging_of_an_old_upload_thread_still_busy(tmp_path: Path) -> None:
+    """The old thread did not end within its wait (a request hangs): the new thread starts
+    without removing `.uploads/.upload-*`, where the old one may still be staging a row."""
+    world = World()
+    world.start(deployment(100))
+    made: list[FakeUploads] = []
+
+    def uploads(config: Config, store: Any) -> FakeUploads:
+        made.append(FakeUploads(config.upload.url, stops_in_time=False))
+        return made[-1]
+
+    path = write_config(tmp_path / "sidecar.yaml", extra="upload:\n  url: s3://bucket/a\n")
+    d, _, _ = reloading_daemon(world, path, uploads=uploads)
+
+    def reload() -> None:
+        write_config(path, extra="upload:\n  url: s3://bucket/b\n")
+        d.signals.reload.set()
+
+    world.time.at(T0 + 90, reload)
+    world.stop_at(T0 + 100)
+    d.serve()
+    first, second = made
+    assert first.events[0] == "start" and first.events[-1] == "stop"
+    assert second.events[0] == "start, staging kept"
