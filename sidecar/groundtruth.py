@@ -51,13 +51,17 @@ def wilson(k: int, n: int, z: float = Z) -> tuple[float, float]:
 def cpu_over_window(
     start: Iterable[ThreadTime], end: Iterable[ThreadTime], span_s: float
 ) -> tuple[ThreadCpu, ...]:
-    """Each thread's CPU seconds between two reads; a thread born between them counts from
-    zero, one that ended before the second read is left out (it cannot be measured)."""
+    """Each thread's CPU seconds between two reads, for the threads both reads saw. A thread
+    born between them is left out as one that ended before the second read: its CPU time
+    covers only part of the window while its samples cover only that part too, so the two
+    shares would not be of the same span (it is kept, not compared)."""
     before = {(t.pid, t.tid): t for t in start}
     out = []
     for t in end:
         first = before.get((t.pid, t.tid))
-        used = t.cpu_s - first.cpu_s if first is not None else t.cpu_s
+        if first is None:
+            continue
+        used = t.cpu_s - first.cpu_s
         out.append(ThreadCpu(t.pid, t.tid, t.comm, max(used, 0.0), span_s, t.resolution_s))
     return tuple(out)
 
@@ -116,8 +120,9 @@ def _threads(
             t.waiting = (t.waiting or Counter()) + Counter({label.phase.value: n})
         if frames.spins(ls.stack.frames):
             t.spinning += n
-        if label.phase is Phase.IDLE and frames.loop_leaf(ls.stack.frames[0]):
-            t.loop_leaf += n
+        python_leaf = next((f for f in ls.stack.frames if not f.native), None)
+        if label.phase is Phase.IDLE and python_leaf and frames.loop_leaf(python_leaf):
+            t.loop_leaf += n  # the loop runner as the Python leaf (a --native stack has C below)
     for stack in stacks:
         key = _key(stack)
         if key is not None and not stack.frames:
@@ -141,7 +146,10 @@ def _expected_reads(threads: Mapping[tuple[int, int], _Thread]) -> dict[int, int
 
 
 def _check(key: tuple[int, int], t: _Thread, cpu: ThreadCpu | None, due: int) -> ThreadCheck:
-    failed = max(due - t.samples, 0)  # frameless reads and reads that left no stack
+    # a thread alive over the whole window was due every read of its process: the reads that
+    # left it frameless or with no stack failed; of one born or ended inside it, only its
+    # frameless reads are known to have failed
+    failed = max(due - t.samples, 0) if cpu is not None else t.frameless
     busy_share = t.busy / t.samples if t.samples else None
     low, high = wilson(t.busy, t.samples) if t.samples else (None, None)
     base = ThreadCheck(
@@ -151,8 +159,12 @@ def _check(key: tuple[int, int], t: _Thread, cpu: ThreadCpu | None, due: int) ->
         cpu_s=round(cpu.cpu_s, 3) if cpu else None, cpu_share=_r(cpu.share if cpu else None),
     )  # fmt: skip
     share = cpu.share if cpu else None
-    if cpu is None or share is None or busy_share is None or low is None or high is None:
-        return base
+    if cpu is None or share is None:
+        return _with(base, Agreement.UNMEASURED, "not read from /proc at both ends of the "
+                     "window (started or ended inside it, or not readable)")  # fmt: skip
+    if busy_share is None or low is None or high is None:
+        return _with(base, Agreement.UNMEASURED, f"no read of it had a frame ({failed} "
+                     "failed): nothing to compare its CPU time with")  # fmt: skip
     if t.spinning:
         return _with(base, Agreement.SPINS, f"waits by spinning (sched_yield) in {t.spinning} "
                      "of its samples: its CPU time counts the waiting too")  # fmt: skip

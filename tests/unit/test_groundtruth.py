@@ -90,6 +90,44 @@ def test_every_sampled_thread_is_checked(case: Path) -> None:
     assert all(c.agreement is not Agreement.UNMEASURED for c in got.values())
 
 
+def test_a_thread_the_start_read_did_not_see_is_kept_not_compared() -> None:
+    """A thread born inside the window has CPU time for part of it and samples for that part
+    only: its two shares are not of one span, so it is kept unmeasured, with why, and its
+    failed reads are only its own frameless ones (none before it existed)."""
+    span = float((FIXTURE / "span_s.txt").read_text())
+    start = [t for pid in pids(FIXTURE) for t in ProcFs(FIXTURE / "proc-start").thread_times(pid)]
+    end = [t for pid in pids(FIXTURE) for t in ProcFs(FIXTURE / "proc-end").thread_times(pid)]
+    whole = {(c.pid, c.tid) for c in cpu_over_window(start, end, span)}
+    assert (API, API) in whole
+    born = cpu_over_window([t for t in start if t.tid != API], end, span)
+    assert {(c.pid, c.tid) for c in born} == whole - {(API, API)}
+    stacks = parse_file(FIXTURE / "record.raw.txt").stacks
+    labelled = label_stacks(Classifier(load_rules()), [s for s in stacks if s.frames])
+    got = {(c.pid, c.tid): c
+           for c in thread_checks(labelled, stacks, born, load_rules().ground_truth)}  # fmt: skip
+    main = got[(API, API)]
+    assert main.agreement is Agreement.UNMEASURED and main.cpu_s is None
+    assert main.reason and "both ends of the window" in main.reason
+    frameless = sum(s.weight for s in stacks
+                    if s.pid == API and s.thread_id == str(API) and not s.frames)  # fmt: skip
+    assert main.failed_reads == frameless
+    assert main.samples == checks()[(API, API)].samples  # its samples are kept
+
+
+def test_the_event_loop_leaf_is_the_innermost_python_frame_in_a_native_dump() -> None:
+    """With --native, C frames (epoll_pwait, uvloop's loop.c) sit inside `Runner.run`: the
+    loop is still the thread's Python leaf, so an event loop is still named as the reason."""
+    from sidecar.groundtruth import _threads
+
+    matrix = CASES.parent / "matrix"
+    dump = matrix / "0.32.0" / "mixed" / "dump-apiserver-native.txt"
+    stacks = parse_file(dump).stacks
+    labelled = label_stacks(Classifier(load_rules()), [s for s in stacks if s.frames])
+    (main,) = [t for t in _threads(labelled, stacks, load_rules().ground_truth).values()
+               if t.name == "MainThread"]  # fmt: skip
+    assert main.samples == 1 and main.loop_leaf == 1 and main.busy == 0
+
+
 @pytest.mark.parametrize("case", [FIXTURE, STALL], ids=lambda p: p.name)
 def test_each_non_spinning_thread_agrees_or_is_flagged_with_a_reason(case: Path) -> None:
     """Issue #10: every non-spinning thread's non-idle share agrees with its /proc CPU share
