@@ -52,12 +52,14 @@ class Suggestion:
 def suggest(
     classifier: Classifier,
     stacks: Sequence[StackSample],
-    roles: Sequence[Role | None] | None = None,
-    rules_text: str = "",
+    roles: Sequence[Role | None] | None,
+    rules_text: str,
     top: int = 10,
     idle_waits: bool = True,
 ) -> tuple[Suggestion, ...]:
-    """The `top` most frequent frames behind `other` (and unexplained idle waits)."""
+    """The `top` most frequent frames behind `other` (and unexplained idle waits). RULES_TEXT:
+    the rules file in use, each skeleton is pasted into it and loaded to count what it decides.
+    Names are unique across the list, so that every skeleton shown can be pasted together."""
     explained = explain(classifier, stacks, roles)
     total = sum(e.weight for e in explained) or 1
     groups: dict[tuple[str, str, bool, Phase], list[ExplainedStack]] = {}
@@ -67,10 +69,24 @@ def suggest(
             key = (bare_name(target.function), _file_glob(target), target.native, e.phase)
             groups.setdefault(key, []).append(e)
     ranked = sorted(groups.items(), key=lambda kv: -sum(e.weight for e in kv[1]))[:top]
+    names: list[str] = []
+    for (function, glob, _native, _phase_now), _members in ranked:
+        names.append(_unique(rule_name(glob, function), names))
     return tuple(
-        _suggestion(classifier, key, members, explained, rules_text, total)
-        for key, members in ranked
+        _suggestion(classifier, key, members, explained, rules_text, total, name)
+        for (key, members), name in zip(ranked, names, strict=True)
     )
+
+
+def _unique(name: str, taken: Sequence[str]) -> str:
+    """NAME, or NAME-2, NAME-3, ...: the same function in two modules (V0's and V1's
+    `engine/core.py`), or behind both `other` and an idle wait, would otherwise give two rules
+    one name, which no rules file loads."""
+    n, out = 1, name
+    while out in taken:
+        n += 1
+        out = f"{name}-{n}"
+    return out
 
 
 def _target(e: ExplainedStack, idle_waits: bool) -> Frame | None:
@@ -79,7 +95,14 @@ def _target(e: ExplainedStack, idle_waits: bool) -> Frame | None:
     wanted = e.phase is Phase.OTHER or (
         idle_waits and e.phase is Phase.IDLE and e.rule == WAIT_WITHOUT_CONTEXT
     )
-    return e.unknown[0] if wanted and e.unknown else None
+    if not wanted:
+        return None
+    # a native frame py-spy could not name is a bare address, different in every process
+    # (ASLR): a rule on it would decide nothing elsewhere, so the next frame out decides
+    return next((f for f in e.unknown if not _ADDRESS.fullmatch(bare_name(f.function))), None)
+
+
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
 
 
 def _suggestion(
@@ -89,17 +112,18 @@ def _suggestion(
     explained: Sequence[ExplainedStack],
     rules_text: str,
     total: int,
+    name: str,
 ) -> Suggestion:
     function, glob, native, phase_now = key
     role = max(members, key=lambda e: e.weight).role
     phase = (
         Phase.IDLE if phase_now is Phase.IDLE or all(e.waiting for e in members) else _GUESS[role]
     )
-    name = rule_name(glob, function)
     skeleton = skeleton_text(name, phase, function, glob, native, members, role)
     moved, changed = _moved(classifier, rules_text, skeleton, name, explained)
     samples = sum(e.weight for e in members)
-    frame = members[0].unknown[0]
+    frame = _target(members[0], idle_waits=True)
+    assert frame is not None  # members were grouped by their target
     return Suggestion(
         frame, phase_now, samples, len(members), moved, changed, moved / total, phase, skeleton
     )
@@ -159,19 +183,36 @@ def _file_glob(frame: Frame) -> str:
 
 
 def paste(rules_text: str, skeleton: str) -> str:
-    """RULES_TEXT with SKELETON pasted at the end of its `rules:` list."""
+    """RULES_TEXT with SKELETON (items indented by two) pasted at the end of its `rules:` list,
+    re-indented to the list's own items (`yaml.safe_dump` writes them at column 0)."""
     lines = rules_text.split("\n")
     start = next((i for i, line in enumerate(lines) if re.match(r"rules:\s*(#.*)?$", line)), None)
     if start is None:
-        raise ConfigError("the rules file has no top-level `rules:` list to paste into")
+        flow = any(re.match(r"rules:\s*\[", line) for line in lines)
+        raise ConfigError(
+            "the rules file's `rules:` is a flow list ([...]): write it as a block list, one "
+            "`- name: ...` item per rule, to paste a suggestion into it"
+            if flow
+            else "the rules file has no top-level `rules:` list to paste into"
+        )
+    items = [
+        line for line in lines[start + 1 :] if line.strip() and not line.lstrip().startswith("#")
+    ]
+    indent = len(items[0]) - len(items[0].lstrip()) if items else 2
+    # the list ends at the next top-level key (a column-0 line that is not one of its items)
     end = next(
-        (i for i in range(start + 1, len(lines)) if re.match(r"[^\s#]", lines[i])), len(lines)
+        (i for i in range(start + 1, len(lines)) if re.match(r"[^\s#-]", lines[i])), len(lines)
     )
     while end > start + 1 and not lines[end - 1].strip():
         end -= 1
-    return "\n".join([*lines[:end], skeleton.rstrip("\n"), *lines[end:]]) + (
+    pasted = [_reindent(line, indent - 2) for line in skeleton.rstrip("\n").split("\n")]
+    return "\n".join([*lines[:end], *pasted, *lines[end:]]) + (
         "" if rules_text.endswith("\n") else "\n"
     )
+
+
+def _reindent(line: str, by: int) -> str:
+    return " " * by + line if by >= 0 else line[min(-by, len(line) - len(line.lstrip())) :]
 
 
 def _moved(

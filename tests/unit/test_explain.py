@@ -118,6 +118,52 @@ def test_paste_needs_a_rules_list() -> None:
 
     with pytest.raises(ConfigError, match="no top-level `rules:`"):
         paste("version: 1\n", "  - name: x\n")
+    with pytest.raises(ConfigError, match="write it as a block list"):
+        paste("version: 1\nrules: []\n", "  - name: x\n")
+
+
+def test_paste_into_a_rules_file_written_by_yaml_dump() -> None:
+    """`yaml.safe_dump` writes a list's items at column 0 under `rules:`: the skeleton is
+    re-indented to them and lands at the list's end, before the next top-level key."""
+    import yaml
+
+    text = default_rules_path().read_text(encoding="utf-8")
+    dumped = yaml.safe_dump(yaml.safe_load(text), sort_keys=False)
+    assert "\nrules:\n- name: " in dumped  # the style this test is about
+    read = read_input(DECODE_RAW)
+    (first,) = suggest(Classifier(load_rules()), read.stacks, read.roles, dumped, top=1,
+                       idle_waits=False)  # fmt: skip
+    names = [r.name for r in parse_rules(paste(dumped, first.skeleton)).rules]
+    assert names == [r.name for r in load_rules().rules] + [first.skeleton.split()[2]]
+
+
+def test_suggestions_paste_together_and_never_name_an_address() -> None:
+    """Every suggestion for 0.9.2's V0 and V1 records and dumps, pasted into one file, loads:
+    their names are unique. A native frame py-spy left as a bare address (its own in every
+    process) is never the frame a rule is made on: the next frame out is."""
+    text = default_rules_path().read_text(encoding="utf-8")
+    stacks, roles = [], []
+    for path in sorted((FIXTURES / "matrix").glob("0.9.2*/*/*.txt")):
+        read = read_input(path)
+        stacks += read.stacks
+        roles += list(read.roles) if read.roles else [None] * len(read.stacks)
+    explained = explain(Classifier(load_rules()), stacks, roles)
+    assert any(e.unknown and e.unknown[0].function.startswith("0x") for e in explained)
+    found = suggest(Classifier(load_rules()), stacks, roles, text, top=40)
+    assert len(found) >= 5
+    together = text
+    for s in found:
+        together = paste(together, s.skeleton)
+        assert not s.frame.function.startswith("0x"), s.frame
+    assert len(parse_rules(together).rules) == len(load_rules().rules) + len(found)
+
+
+def test_a_name_taken_gets_a_number() -> None:
+    from sidecar.suggest import _unique
+
+    assert _unique("suggested-vllm-core-step", []) == "suggested-vllm-core-step"
+    taken = ["suggested-vllm-core-step", "suggested-vllm-core-step-2"]
+    assert _unique("suggested-vllm-core-step", taken) == "suggested-vllm-core-step-3"
 
 
 def test_suggest_uses_the_rules_file_given(
