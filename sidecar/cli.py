@@ -57,7 +57,8 @@ SHARED_SETTINGS = (
     "metrics.url", "gpu", "rules",
 )  # fmt: skip
 DAEMON_SETTINGS = (
-    *SHARED_SETTINGS, "advice", "output.dir", "exporter_listen", "schedule.window_s",
+    *SHARED_SETTINGS, "sampling.mode", "sampling.continuous_budget",
+    "advice", "output.dir", "exporter_listen", "schedule.window_s",
     "schedule.interval_s", "schedule.baseline_every_s",
 )  # fmt: skip
 _HELP = {
@@ -70,6 +71,10 @@ _HELP = {
     "sampling.rate_hz": "Samples per second (the starting rate under a budget).",
     "sampling.cpu_budget": "Adapt the rate to this share of one core, e.g. 2% (`off`: fixed).",
     "sampling.py_spy": "Path to the py-spy binary.",
+    "sampling.mode": "continuous: every process all the time, within --continuous-budget; "
+    "windows: --window in every --interval at --rate.",
+    "sampling.continuous_budget": "Continuous mode: the sidecar and py-spy within this share "
+    "of one core, e.g. 1%.",
     "sampling.segment_s": "py-spy runs in segments this long, each a unit for `diff`.",
     "metrics.url": "vLLM's /metrics (default: from the API server's flags).",
     "gpu": "NVML readings.",
@@ -86,7 +91,7 @@ _BOOLS = ("target.discover", "target.any_python", "gpu")
 
 _METAVARS = {
     "seconds": "DURATION", "hertz": "HZ", "share": "SHARE", "path": "PATH", "command": "PATH",
-    "pid": "PID", "url": "URL", "listen address": "HOST:PORT",
+    "pid": "PID", "url": "URL", "listen address": "HOST:PORT", "sampling mode": "MODE",
 }  # fmt: skip
 
 

@@ -70,6 +70,19 @@ class TargetConfig:
 
 @dataclass(frozen=True, slots=True)
 class SamplingConfig:
+    # continuous: every process sampled all the time at a low rate per role, within
+    # `continuous_budget`, each period of `schedule.interval_s` a snapshot and the hour its
+    # baseline (sidecar/continuous.py); windows: `schedule.window_s` in every `interval_s` at
+    # `rate_hz`, within `cpu_budget`.
+    mode: str = field(default="continuous", metadata=unit(u.SAMPLING_MODE))
+    # Continuous mode: the whole sidecar (itself and py-spy) within this share of one core.
+    continuous_budget: float = field(default=0.01, metadata=unit(u.SHARE, positive=True))
+    # Continuous mode: the least rate of the EngineCore and workers whatever the budget says
+    # (the API server's is a quarter of it); below 1 Hz py-spy samples part of each segment.
+    continuous_min_hz: float = field(default=0.5, metadata=unit(u.HERTZ, positive=True))
+    # Continuous mode: py-spy runs per process in segments of this length (its attach, about
+    # 30 ms of CPU, is paid once a segment); each segment is a block for `diff`.
+    continuous_segment_s: float = field(default=60.0, metadata=unit(u.SECONDS, positive=True))
     rate_hz: float = field(default=5.0, metadata=unit(u.HERTZ))
     # A share of one core; None keeps rate_hz fixed.
     cpu_budget: float | None = field(default=0.02, metadata=unit(u.SHARE, optional=True))
@@ -185,7 +198,8 @@ FLAGS: Mapping[str, str] = {
     "target.proc_root": "--proc-root", "target.host_proc": "--host-proc",
     "target.any_python": "--any-python", "sampling.rate_hz": "--rate",
     "sampling.cpu_budget": "--cpu-budget", "sampling.py_spy": "--py-spy",
-    "sampling.segment_s": "--segment",
+    "sampling.segment_s": "--segment", "sampling.mode": "--mode",
+    "sampling.continuous_budget": "--continuous-budget",
     "schedule.window_s": "--window", "schedule.interval_s": "--interval",
     "schedule.baseline_every_s": "--baseline-every", "output.dir": "--out",
     "metrics.url": "--metrics-url", "exporter_listen": "--exporter-listen", "gpu": "--gpu",
@@ -389,6 +403,14 @@ def validate(c: Config) -> None:
         raise ConfigError(
             f"schedule.baseline_every_s ({s.baseline_every_s:g}) must be at least "
             f"schedule.interval_s ({s.interval_s:g})"
+        )
+    ratio = s.baseline_every_s / s.interval_s
+    if c.sampling.mode == "continuous" and abs(ratio - round(ratio)) > 1e-9:
+        raise ConfigError(
+            f"schedule.baseline_every_s ({s.baseline_every_s:g}) is not a whole multiple of "
+            f"schedule.interval_s ({s.interval_s:g}): in continuous mode a baseline is its "
+            "periods put together; make it a multiple (e.g. 3600 and 300), or set "
+            "sampling.mode: windows"
         )
     endpoint = c.upload.endpoint_url
     if endpoint is not None and "@" in endpoint.split("//", 1)[-1].split("/", 1)[0]:

@@ -42,13 +42,14 @@ from sidecar.failures import (
 from sidecar.notify import SystemdNotifier, watchdog_interval
 from sidecar.parts import (
     Builders,
+    HourRun,
     Parts,
     WindowCollector,
     WindowResult,
     build_parts,
     real_collector,
 )
-from sidecar.schedule import PlannedWindow
+from sidecar.schedule import PlannedWindow, WindowKind
 
 log = logging.getLogger("vllm_sidecar")
 BACKOFF_MAX_S = 30.0
@@ -113,6 +114,7 @@ class Daemon:
         self._outage: _Outage | None = None
         self._lost: Deployment | None = None  # the deployment last lost, until another is found
         self._had_window = False
+        self._hour: HourRun | None = None  # continuous mode: the hour its baseline puts together
 
     @property
     def config(self) -> Config:
@@ -178,16 +180,55 @@ class Daemon:
         target, parts = self.target, self.parts
         assert target is not None
         parts.schedule.started(planned)
-        result = self._collect(target)
+        hour = self._hour_of(target, planned) if parts.planner is not None else None
+        result = self._collect(target, duration_s=planned.duration_s)
         parts.schedule.done(planned)
         if result is not None:
             self._keep(result, planned)
+            if hour is not None:
+                hour.add(result.snapshot.window)
+        end_wall = planned.start_wall + (planned.duration_s or 0.0)
+        if hour is not None and parts.schedule.baseline_due(end_wall):
+            self._baseline()
         if not self._alive(target):
             partial = result.snapshot.window.partial_reason if result else None
             self._target_lost(partial or "the target exited")
 
+    # ------------------------------------------------------------------ continuous hours
+
+    def _hour_of(self, target: Deployment, planned: PlannedWindow) -> HourRun:
+        """The hour this continuous period belongs to: a new one at the hour's first period
+        or when the target changed (the old target's part of its hour is kept, partial)."""
+        if self._hour is not None and self._hour.target is not target:
+            self._baseline()
+        if self._hour is None:
+            every = self.config.schedule.baseline_every_s
+            end = (planned.start_wall // every + 1) * every
+            self._hour = HourRun(self.parts, target, end)
+        return self._hour
+
+    def _baseline(self) -> None:
+        """Write the hour's baseline (its periods put together) and start a new hour."""
+        hour, self._hour = self._hour, None
+        if hour is None:
+            return
+        try:
+            result = hour.finish(self.config.schedule.baseline_every_s)
+        except Exception as exc:
+            kind = classify(exc)
+            if kind is None:
+                raise
+            self.failures.failed(Failure(kind, str(exc) or type(exc).__name__))
+            return
+        if result is not None:
+            start = result.snapshot.window.started_at
+            self._keep(result, PlannedWindow(WindowKind.BASELINE, self.clock(), start))
+
     def _collect(
-        self, target: Deployment, failures: FailureTally | None = None
+        self,
+        target: Deployment,
+        failures: FailureTally | None = None,
+        duration_s: float | None = None,
     ) -> WindowResult | None:
         """The window's snapshot, or None when a reader raised: that is counted in `failures`
         (default: the daemon's; a fleet's: the deployment's), unless it is a bug (re-raised)
@@ -196,7 +237,8 @@ class Daemon:
         first = not self._had_window
         try:
             collector = self._make_collector(target, first)
-            result = collector.collect(self.config.schedule.window_s, self._should_stop)
+            seconds = self.config.schedule.window_s if duration_s is None else duration_s
+            result = collector.collect(seconds, self._should_stop)
         except Exception as exc:
             kind = classify(exc)
             start_failed = first and isinstance(exc, AttachError | SamplerError)
@@ -392,8 +434,10 @@ def keep_window(
         parts.uploads.wake()
     written = str(outcome.path) if outcome.path else None
     summary = snapshot.summary(kind)
+    sampling = parts.config.sampling
+    budget = sampling.continuous_budget if parts.planner is not None else sampling.cpu_budget
     state.update_snapshot(summary, kind, written, findings(summary, parts.advice),
-                          cpu_budget=parts.config.sampling.cpu_budget)  # fmt: skip
+                          cpu_budget=budget)  # fmt: skip
     state.update_disk(store.disk_state, store.free_bytes, store.total_bytes_used,
                       store.snapshots_written, store.writes_skipped,
                       store.deleted_total)  # fmt: skip

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
 from sidecar.advice_rules import AdviceRules, load_advice
 from sidecar.classifier import Classifier
 from sidecar.config import Config
+from sidecar.continuous import RolePlanner, is_continuous
 from sidecar.discovery import Deployment
 from sidecar.errors import ConfigError
 from sidecar.failures import Failure, WindowFailure
@@ -26,17 +27,18 @@ from sidecar.fingerprint import FingerprintCache
 from sidecar.gpu import NvmlReader
 from sidecar.pipeline import (
     WindowReaders,
+    deployment_of,
     host_procfs,
     metrics_for,
     open_gpu_reader,
     profile_window,
 )
 from sidecar.procfs import ProcFs
-from sidecar.pyspy import PySpyRunner, SubprocessPySpy
+from sidecar.pyspy import ProcessRate, PySpyRunner, SubprocessPySpy
 from sidecar.rules import RuleSet, load_rules
-from sidecar.sampler import RateController, Sampler
+from sidecar.sampler import RateController, Sampler, Window, merge_windows
 from sidecar.schedule import Schedule
-from sidecar.snapshot import Snapshot
+from sidecar.snapshot import Snapshot, build_snapshot
 from sidecar.store import (
     DiskState,
     Retention,
@@ -150,6 +152,7 @@ class Parts:
     # The target's fingerprint, read once per deployment and kept through reloads.
     fingerprints: FingerprintCache = field(default_factory=FingerprintCache)
     uploads: UploadThread | None = None  # upload.url's; the daemon starts and stops its thread
+    planner: RolePlanner | None = None  # continuous mode's rates per process; None: windows
 
 
 def build_parts(
@@ -179,12 +182,21 @@ def build_parts(
     s = config.sampling
     controller = kept.controller if kept else RateController(s.rate_hz, s.cpu_budget)
     kept = _kept(previous, config, "schedule")
-    schedule = kept.schedule if kept else Schedule(config.schedule, clock, wall_clock)
+    continuous = is_continuous(config)
+    if kept and kept.schedule.continuous == continuous:
+        schedule = kept.schedule
+    else:
+        schedule = Schedule(config.schedule, clock, wall_clock, continuous=continuous)
+    kept = _kept(previous, config, "sampling")
+    planner = None
+    if continuous:
+        planner = kept.planner if kept and kept.planner else RolePlanner(
+            s.continuous_budget, s.continuous_min_hz)  # fmt: skip
     fingerprints = previous.fingerprints if previous else FingerprintCache()
     # Nothing can fail after this point: the hold changes only with the parts that apply it.
     store.set_hold(uploads.uploader.held if uploads else None)
     return Parts(config, classifier, ProcFs(t.proc_root), runner, metrics, store, controller,
-                 schedule, gpu, advice, fingerprints, uploads)  # fmt: skip
+                 schedule, gpu, advice, fingerprints, uploads, planner)  # fmt: skip
 
 
 def _kept(previous: Parts | None, config: Config, section: str) -> Parts | None:
@@ -212,6 +224,22 @@ def real_collector(
     sampler = Sampler(runner=parts.runner, pid=target.root.pid, controller=parts.controller,
                       segment_s=segment_s, alive=alive, clock=clock, wall_clock=wall_clock,
                       fail_fast=first)  # fmt: skip
+    planner = parts.planner
+    if planner is not None:  # continuous: one py-spy per process at the planner's rates
+
+        def plan() -> tuple[ProcessRate, ...]:
+            return planner.plan(target.processes)
+
+        sampler.segment_s = config.sampling.continuous_segment_s
+        sampler.plan, sampler.on_segment = plan, planner.update
+    readers, watch = window_readers(parts, target)
+    return _Window(target, sampler, parts.classifier, readers, watch)
+
+
+def window_readers(parts: Parts, target: Deployment) -> tuple[WindowReaders, _ScrapeWatch]:
+    """The readers beside the stacks over `target` (psutil, /proc, NVML, /metrics, custom),
+    and the watch that keeps their scrapes' errors."""
+    config = parts.config
     metrics, unread = metrics_for(target, parts.metrics, config.metrics.timeout_s)
     watch = _ScrapeWatch()
     custom = custom_reader(config.custom_metrics, config.metrics.timeout_s,
@@ -220,7 +248,7 @@ def real_collector(
                             host_procfs=host_procfs(config.target.host_proc),
                             metrics_unread=unread, scrape=watch.scrape,
                             fingerprints=parts.fingerprints, custom=custom)  # fmt: skip
-    return _Window(target, sampler, parts.classifier, readers, watch)
+    return readers, watch
 
 
 class _ScrapeWatch:
@@ -249,9 +277,51 @@ class _Window:
     def collect(self, duration_s: float, stop: Callable[[], bool]) -> WindowResult:
         snapshot = profile_window(self.target, self.sampler, self.classifier, self.readers,
                                   duration_s, stop)  # fmt: skip
-        failures = []
-        if self.readers.metrics_unread is not None:
-            failures.append(Failure(WindowFailure.METRICS_URL, self.readers.metrics_unread))
-        if self.watch.errors:
-            failures.append(Failure(WindowFailure.METRICS_SCRAPE, self.watch.errors[-1]))
-        return WindowResult(snapshot, tuple(failures))
+        return WindowResult(snapshot, reader_failures(self.readers, self.watch))
+
+
+def reader_failures(readers: WindowReaders, watch: _ScrapeWatch) -> tuple[Failure, ...]:
+    """What the readers of a window saw fail beside its snapshot's own."""
+    failures = []
+    if readers.metrics_unread is not None:
+        failures.append(Failure(WindowFailure.METRICS_URL, readers.metrics_unread))
+    if watch.errors:
+        failures.append(Failure(WindowFailure.METRICS_SCRAPE, watch.errors[-1]))
+    return tuple(failures)
+
+
+class HourRun:
+    """A continuous hour's baseline: its periods' windows put together, with the readings
+    (CPU per process and thread, /metrics, memory, GPUs, custom metrics) taken over the whole
+    hour from its first period's start."""
+
+    def __init__(self, parts: Parts, target: Deployment, end_wall: float) -> None:
+        self.target, self.end_wall = target, end_wall
+        self._parts = parts
+        self._readers, self._watch = window_readers(parts, target)
+        self._started = self._readers.start(target)
+        self.windows: list[Window] = []
+
+    def add(self, window: Window) -> None:
+        self.windows.append(window)
+
+    def finish(self, hour_s: float) -> WindowResult | None:
+        """The baseline of the periods added; None when there are none. One that covers
+        less than 90 % of the hour (attached late, or the target restarted) says so."""
+        if not self.windows:
+            if self._started.poller is not None:
+                self._started.poller.stop()
+            return None
+        window = merge_windows(self.windows)
+        if window.duration_s < 0.9 * hour_s and window.partial_reason is None:
+            window = replace(window, partial=True, partial_reason=(
+                f"covers {window.duration_s / 60:.0f} of the hour's {hour_s / 60:.0f} min "
+                "(the sidecar attached, or vLLM restarted, within the hour)"))  # fmt: skip
+        readers, target = self._readers, self.target
+        readings = readers.finish(self._started, target, window)
+        classifier = self._parts.classifier
+        fingerprint = readers.fingerprint(target, window, readings, classifier.rules)
+        snapshot = build_snapshot(window, target.processes, classifier, None, readings,
+                                  deployment=deployment_of(target),
+                                  fingerprint=fingerprint)  # fmt: skip
+        return WindowResult(snapshot, reader_failures(readers, self._watch))

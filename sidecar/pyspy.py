@@ -21,7 +21,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -51,6 +51,30 @@ KILL_GRACE_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
+class ProcessRate:
+    """One process of a continuous segment: its own py-spy at its own whole rate. A role whose
+    rate is below 1 Hz (py-spy's least) samples at 1 Hz for `share` of the segment."""
+
+    pid: int
+    rate_hz: int
+    share: float = 1.0
+    title: str = ""  # its command line, for the `process PID:"..."` frame py-spy puts first
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessOutcome:
+    """What one process's py-spy did in a segment: requested vs achieved, errors, its CPU."""
+
+    pid: int
+    requested_hz: float  # the rate times the share of the segment it sampled
+    samples: int
+    errors: int
+    cpu_s: float
+    wall_s: float
+    behind_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class RecordRequest:
     pid: int
     rate_hz: float
@@ -62,6 +86,9 @@ class RecordRequest:
     # How long py-spy may take to say it is sampling before it is stopped: the sampler gives a
     # segment what is left of its window's own grace, so slow attaches cannot add up.
     attach_grace_s: float = ATTACH_GRACE_S
+    # Continuous mode: one py-spy per process, each at its own rate and without
+    # --subprocesses (no rescan of the process tree at every sample); `pid` is then the root.
+    processes: tuple[ProcessRate, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +106,7 @@ class RecordOutcome:
     behind_s: float = 0.0  # the most py-spy fell behind its schedule
     attach_s: float = 0.0  # from launch until py-spy said it was sampling
     killed_after_s: float | None = None  # ignored SIGINT for this long, then SIGKILLed
+    per_process: tuple[ProcessOutcome, ...] = ()  # continuous mode: each process's own
 
 
 class PySpyRunner(Protocol):
@@ -156,6 +184,29 @@ class SubprocessPySpy:
         return result.returncode, result.stderr + result.stdout
 
     def record(self, request: RecordRequest, stop: Callable[[], bool]) -> RecordOutcome:
+        if request.processes:
+            return self._record_each(request, stop)
+        return self._record(request, stop)
+
+    def _record_each(self, request: RecordRequest, stop: Callable[[], bool]) -> RecordOutcome:
+        """One py-spy per process, side by side, each for its share of the segment; their
+        outputs merged as one `--subprocesses` run would have written them."""
+        results: dict[int, RecordOutcome] = {}
+
+        def one(p: ProcessRate) -> None:
+            single = replace(request, pid=p.pid, rate_hz=p.rate_hz, processes=(),
+                             subprocesses=False,
+                             duration_s=max(request.duration_s * p.share, 1.0))  # fmt: skip
+            results[p.pid] = self._record(single, stop)
+
+        threads = [threading.Thread(target=one, args=(p,), daemon=True) for p in request.processes]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return merge_outcomes(request.processes, results)
+
+    def _record(self, request: RecordRequest, stop: Callable[[], bool]) -> RecordOutcome:
         with tempfile.TemporaryDirectory(prefix="vllm-sidecar-") as tmp:
             out = Path(tmp) / "raw.txt"
             started = time.monotonic()
@@ -312,6 +363,47 @@ class _OutputWatch:
 
     def text(self) -> str:
         return "".join(self._lines)
+
+
+def merge_outcomes(
+    processes: tuple[ProcessRate, ...], results: dict[int, RecordOutcome]
+) -> RecordOutcome:
+    """The outcomes of one segment's per-process py-spy runs as one: stacks prefixed with the
+    process frame (what --subprocesses writes), counts and CPU added, the worst exit kept. A
+    process that exited meanwhile ends the segment only when every process is gone."""
+    outs = [(p, results[p.pid]) for p in processes if p.pid in results]
+    raw = "".join(_with_process(p, o.raw) for p, o in outs)
+    failed = [o for _, o in outs if o.returncode != 0]
+    worst = failed[0] if failed and len(failed) == len(outs) else None
+    killed = [o.killed_after_s for _, o in outs if o.killed_after_s is not None]
+    return RecordOutcome(
+        raw=raw,
+        returncode=worst.returncode if worst else 0,
+        output="".join(o.output for _, o in outs),
+        samples=sum(o.samples or 0 for _, o in outs),
+        errors=sum(o.errors or 0 for _, o in outs),
+        cpu_s=sum(o.cpu_s for _, o in outs),
+        wall_s=max((o.wall_s for _, o in outs), default=0.0),
+        target_exited=bool(outs) and all(o.target_exited for _, o in outs),
+        behind_s=max((o.behind_s for _, o in outs), default=0.0),
+        attach_s=max((o.attach_s for _, o in outs), default=0.0),
+        killed_after_s=max(killed, default=None),
+        per_process=tuple(_process_outcome(p, o) for p, o in outs),
+    )
+
+
+def _process_outcome(p: ProcessRate, o: RecordOutcome) -> ProcessOutcome:
+    return ProcessOutcome(pid=p.pid, requested_hz=p.rate_hz * p.share, samples=o.samples or 0,
+                          errors=o.errors or 0, cpu_s=o.cpu_s, wall_s=o.wall_s,
+                          behind_s=o.behind_s)  # fmt: skip
+
+
+def _with_process(p: ProcessRate, raw: str) -> str:
+    """py-spy without --subprocesses leaves out the `process PID:"CMDLINE"` root frame that
+    tells whose stack a line is: put it back, as --subprocesses writes it."""
+    head = f'process {p.pid}:"{p.title.replace(chr(34), chr(39))}";'
+    lines = (ln for ln in raw.splitlines() if ln.strip())
+    return "".join(ln + "\n" if ln.startswith("process ") else head + ln + "\n" for ln in lines)
 
 
 def whole_rate(rate_hz: float) -> int:

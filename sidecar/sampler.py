@@ -16,6 +16,8 @@ from sidecar.parsers import parse_raw
 from sidecar.pyspy import (
     ATTACH_GRACE_S,
     LATE_S,
+    ProcessOutcome,
+    ProcessRate,
     PySpyRunner,
     RecordOutcome,
     RecordRequest,
@@ -74,6 +76,68 @@ class Window:
     blocks: tuple[Segment, ...] = ()
     attach_s: float = 0.0  # py-spy's attach time, all segments together: not in `duration_s`
     elapsed_s: float = 0.0  # wall time the window took, attaches included
+    # The sidecar's own CPU over the window (parsing, classifying, scraping, writing the last
+    # window; every thread of its process), beside py-spy's `sampler_cpu_s`.
+    self_cpu_s: float = 0.0
+    # Continuous mode: each process's py-spy over the window (requested vs achieved).
+    per_process: tuple[ProcessOutcome, ...] = ()
+    mode: str = "windows"  # or "continuous": one py-spy per process at its own rate
+
+
+def merge_windows(windows: list[Window]) -> Window:
+    """Consecutive windows as one (a continuous hour's periods as its baseline): stacks and
+    counts added, segments kept in order, the first start, the worst lateness."""
+    first, last = windows[0], windows[-1]
+    counts: Counter[StackSample] = Counter()
+    for w in windows:
+        for s in w.stacks:
+            counts[replace(s, weight=1)] += s.weight
+    samples = sum(w.samples for w in windows)
+    duration = sum(w.duration_s for w in windows)
+    reasons = [w.partial_reason for w in windows if w.partial_reason]
+    warnings = tuple(dict.fromkeys(x for w in windows for x in w.warnings))
+    return Window(
+        started_at=first.started_at,
+        duration_s=duration,
+        rate_hz=sum(w.rate_hz * w.duration_s for w in windows) / duration if duration else 0.0,
+        stacks=tuple(replace(s, weight=n) for s, n in counts.items()),
+        samples=samples,
+        errors=sum(w.errors for w in windows),
+        sampler_cpu_s=sum(w.sampler_cpu_s for w in windows),
+        segments=sum(w.segments for w in windows),
+        partial=bool(reasons),
+        partial_reason=reasons[-1] if reasons else None,
+        warnings=warnings,
+        behind_s=max(w.behind_s for w in windows),
+        sampler_failure=next((w.sampler_failure for w in windows if w.sampler_failure), None),
+        blocks=tuple(b for w in windows for b in w.blocks),
+        attach_s=sum(w.attach_s for w in windows),
+        elapsed_s=last.started_at + last.elapsed_s - first.started_at,
+        self_cpu_s=sum(w.self_cpu_s for w in windows),
+        per_process=_per_process([o for w in windows for o in w.per_process]),
+        mode=last.mode,
+    )
+
+
+def _asked(outcome: RecordOutcome) -> float | None:
+    """Continuous mode: the fastest rate a process was asked for (the EngineCore's)."""
+    return max((o.requested_hz for o in outcome.per_process), default=None)
+
+
+def _per_process(outcomes: list[ProcessOutcome]) -> tuple[ProcessOutcome, ...]:
+    """Each process's segments added up; `requested_hz` weighted by the time each sampled."""
+    by_pid: dict[int, list[ProcessOutcome]] = {}
+    for o in outcomes:
+        by_pid.setdefault(o.pid, []).append(o)
+    out = []
+    for pid, runs in by_pid.items():
+        wall = sum(o.wall_s for o in runs)
+        hz = sum(o.requested_hz * o.wall_s for o in runs) / wall if wall else 0.0
+        out.append(ProcessOutcome(pid=pid, requested_hz=hz, samples=sum(o.samples for o in runs),
+                                  errors=sum(o.errors for o in runs),
+                                  cpu_s=sum(o.cpu_s for o in runs), wall_s=wall,
+                                  behind_s=max(o.behind_s for o in runs)))  # fmt: skip
+    return tuple(out)
 
 
 @dataclass
@@ -116,6 +180,13 @@ class Sampler:
     wall_clock: Callable[[], float] = time.time
     fail_fast: bool = True  # the daemon clears it after its first good window
     laps: Lap | None = None  # readings per segment; None: the segments keep only their stacks
+    # Continuous mode: the processes and rates of the next segment (one py-spy each); None:
+    # one py-spy over the whole tree at the controller's rate.
+    plan: Callable[[], tuple[ProcessRate, ...]] | None = None
+    # The sidecar's own CPU seconds so far (all its threads): counted in the budget with py-spy's.
+    self_cpu: Callable[[], float] = time.process_time
+    # Told each segment's cost (py-spy's and the sidecar's own CPU), wall time and outcome.
+    on_segment: Callable[[RecordOutcome, float], object] | None = None
 
     def window(self, duration_s: float, stop: Callable[[], bool] = lambda: False) -> Window:
         started_at, start = self.wall_clock(), self.clock()
@@ -131,19 +202,35 @@ class Sampler:
         give_up = start + duration_s + ATTACH_GRACE_S
         if self.laps is not None:
             self.laps.start()
-        while (left := duration_s - sampled) > 0.05 and self.clock() < give_up and not stop():
+        own_at = self.self_cpu()
+        per_process: list[ProcessOutcome] = []
+        # Continuous periods end on the wall clock's grid: their attaches are inside them.
+        by_wall = self.plan is not None
+        while (
+            (left := duration_s - (self.clock() - start if by_wall else sampled)) > 0.05
+            and self.clock() < give_up
+            and not stop()
+        ):
             # A segment may wait for py-spy to attach only as long as the window's grace has left
             # (at least MIN_ATTACH_S): a host slow to attach ends the window partial, in time.
             grace = min(max(give_up - self.clock(), MIN_ATTACH_S), ATTACH_GRACE_S)
             outcome = self._segment(min(left, self.segment_s), stop, grace,
                                     first=not totals["segments"])  # fmt: skip
             sampled += outcome.wall_s
-            rates.append(self.controller.rate_hz)
+            rates.append(_asked(outcome) or self.controller.rate_hz)
             segment = _add(counts, outcome, totals, warnings)
             if self.laps is not None:
                 segment = replace(segment, readings=self.laps.lap())
             blocks.append(segment)
-            self.controller.update(outcome.cpu_s, outcome.wall_s, outcome.behind_s)
+            own_now = self.self_cpu()
+            own, own_at = max(own_now - own_at, 0.0), own_now
+            totals["own"] = totals.get("own", 0.0) + own
+            per_process.extend(outcome.per_process)
+            if self.plan is None:  # continuous mode's planner hears of it in on_segment
+                # The budget counts everything the sidecar costs: py-spy's CPU and its own.
+                self.controller.update(outcome.cpu_s + own, outcome.wall_s, outcome.behind_s)
+            if self.on_segment is not None:
+                self.on_segment(outcome, own)
             reason, failed = _partial_reason(outcome, self.alive)
             if reason:
                 break
@@ -183,13 +270,17 @@ class Sampler:
             blocks=tuple(b for b in blocks if b.counts),
             attach_s=float(totals["attach"]),
             elapsed_s=elapsed,
+            self_cpu_s=float(totals.get("own", 0.0)),
+            per_process=_per_process(per_process),
+            mode="windows" if self.plan is None else "continuous",
         )
 
     def _segment(
         self, seconds: float, stop: Callable[[], bool], attach_grace_s: float, first: bool
     ) -> RecordOutcome:
+        processes = self.plan() if self.plan is not None else ()
         request = RecordRequest(pid=self.pid, rate_hz=self.controller.rate_hz, duration_s=seconds,
-                                attach_grace_s=attach_grace_s)  # fmt: skip
+                                attach_grace_s=attach_grace_s, processes=processes)  # fmt: skip
         outcome = self.runner.record(request, stop)
         refused = outcome.returncode != 0 and outcome.killed_after_s is None
         if first and self.fail_fast and refused and not outcome.raw:

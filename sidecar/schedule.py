@@ -4,6 +4,11 @@ Regular windows start every `interval_s` from the first, on deadlines that do no
 window does not push the next one). Baselines start on wall-clock multiples of
 `baseline_every_s` (on the hour by default), so baselines of a fleet line up in time. A pure
 state machine: the daemon asks `plan()`, waits, runs the window and reports `done()`.
+
+In continuous mode (`continuous=True`) the windows are periods back to back, each ending on a
+wall-clock multiple of `interval_s` (so that twelve of them make the hour and a fleet's periods
+line up); a first period shorter than a third of an interval runs on to the next multiple.
+Baselines are then not windows of their own but the hour's periods put together (daemon.py).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ class PlannedWindow:
     kind: WindowKind
     start: float  # monotonic deadline
     start_wall: float  # the same moment on the wall clock, for logs and the exporter
+    duration_s: float | None = None  # continuous mode: the period's length; None: window_s
 
 
 class Schedule:
@@ -36,8 +42,10 @@ class Schedule:
         clock: Callable[[], float],
         wall_clock: Callable[[], float],
         rng: random.Random | None = None,
+        continuous: bool = False,
     ) -> None:
         self.config = config
+        self.continuous = continuous
         self._clock, self._wall = clock, wall_clock
         self._rng = rng or random.Random()
         self._next = clock()  # the first regular window starts at once
@@ -54,11 +62,27 @@ class Schedule:
 
     def plan(self) -> PlannedWindow:
         now, wall = self._clock(), self._wall()
+        if self.continuous:
+            return self._period(now, wall)
         baseline_at = now + (self._next_baseline_wall - wall)
         if baseline_at <= self._next + 1e-6:
             return PlannedWindow(WindowKind.BASELINE, baseline_at, self._next_baseline_wall)
         start = self._next + self._jitter()
         return PlannedWindow(WindowKind.SNAPSHOT, start, wall + (start - now))
+
+    def _period(self, now: float, wall: float) -> PlannedWindow:
+        """The next continuous period: from now to the next wall-clock multiple of the
+        interval, or the one after when that is too close to make a period of its own."""
+        interval = self.config.interval_s
+        end = _next_multiple(wall, interval)
+        if end - wall < interval / 3:
+            end += interval
+        return PlannedWindow(WindowKind.SNAPSHOT, now, wall, duration_s=end - wall)
+
+    def baseline_due(self, end_wall: float) -> bool:
+        """Continuous mode: whether a period ending at `end_wall` ends the baseline's hour."""
+        period = self.config.baseline_every_s
+        return abs(end_wall - round(end_wall / period) * period) < 1.0
 
     def started(self, planned: PlannedWindow) -> None:
         self.lateness_s = max(0.0, self._clock() - planned.start)
@@ -67,6 +91,9 @@ class Schedule:
         """Advance past what has passed; deadlines skipped because a window overran are missed,
         except the one a baseline replaced."""
         now = self._clock()
+        if self.continuous:  # periods follow one another: none is missed, none late
+            self._next = now
+            return
         if planned.kind is WindowKind.BASELINE:
             self._next_baseline_wall = _next_multiple(self._wall(), self.config.baseline_every_s)
             if self._next <= now:  # the regular window that fell inside the baseline

@@ -22,9 +22,11 @@ from sidecar.records.readings import (
     ThreadCpu,
 )
 from sidecar.records.summary import (
+    Cause,
     Fingerprint,
     GpuSection,
     ProcessEntry,
+    ProcessSampling,
     ResourcesSection,
     SampleBlock,
     SamplingSection,
@@ -67,6 +69,7 @@ class Snapshot:
     wait_frames: WaitFrames = field(default_factory=WaitFrames)  # the rules' `ground_truth:`
     deployment: str | None = None
     fingerprint: Fingerprint | None = None
+    cause: Cause | None = None  # why it was taken out of schedule; None: on it
 
     # Every row carries where and when it was taken, so the stacks.parquet of many snapshots
     # (hosts, deployments) concatenate into one table without joins.
@@ -90,7 +93,7 @@ class Snapshot:
                 root_pid=self.processes[0].pid if self.processes else None,
                 processes=tuple(_process_entry(p) for p in self.processes),
             ),
-            sampling=_sampling(w, self.labelled),
+            sampling=_sampling(w, self.labelled, self.processes),
             phases=s.phases,
             by_role=s.by_role,
             role_samples=s.role_samples,
@@ -106,6 +109,7 @@ class Snapshot:
             threads=thread_checks(
                 self.labelled, self.window.stacks, self.readings.thread_cpu, self.wait_frames
             ),
+            cause=self.cause,
         )
 
     def stack_rows(self, kind: str | None = None) -> list[dict[str, Any]]:
@@ -144,7 +148,9 @@ def build_snapshot(
     )
 
 
-def _sampling(w: Window, labelled: tuple[LabelledStack, ...]) -> SamplingSection:
+def _sampling(
+    w: Window, labelled: tuple[LabelledStack, ...], processes: tuple[ProcessInfo, ...]
+) -> SamplingSection:
     return SamplingSection(
         rate_hz=round(w.rate_hz, 3),
         duration_s=round(w.duration_s, 3),
@@ -159,7 +165,41 @@ def _sampling(w: Window, labelled: tuple[LabelledStack, ...]) -> SamplingSection
         partial_reason=w.partial_reason,
         warnings=w.warnings,
         blocks=_blocks(w, labelled),
+        mode=w.mode,
+        self_cpu_s=round(w.self_cpu_s, 4),
+        processes=process_sampling(w, processes),
     )
+
+
+def process_sampling(w: Window, processes: tuple[ProcessInfo, ...]) -> tuple[ProcessSampling, ...]:
+    """Each sampled process: the rate asked against the rate its main thread was seen at (py-spy
+    takes every thread at each tick; the main thread's TID is the PID), errors, lateness, CPU."""
+    main: dict[int, int] = {}
+    every: dict[int, int] = {}
+    for s in w.stacks:
+        if s.pid is None:
+            continue
+        every[s.pid] = every.get(s.pid, 0) + s.weight
+        if s.thread_id == str(s.pid):
+            main[s.pid] = main.get(s.pid, 0) + s.weight
+    own = {o.pid: o for o in w.per_process}
+    out = []
+    for p in processes:
+        o = own.get(p.pid)
+        if o is None and (w.per_process or p.pid not in every):
+            continue  # not sampled (continuous mode leaves `other` processes out)
+        wall = o.wall_s if o is not None else w.duration_s
+        seen = main.get(p.pid)
+        out.append(ProcessSampling(
+            pid=p.pid, role=p.role,
+            requested_hz=round(o.requested_hz if o is not None else w.rate_hz, 3),
+            achieved_hz=round(seen / wall, 3) if seen and wall > 0 else None,
+            samples=every.get(p.pid, 0),
+            errors=o.errors if o is not None else None,
+            cpu_s=round(o.cpu_s, 4) if o is not None else None,
+            behind_s=round(o.behind_s if o is not None else w.behind_s, 3),
+        ))  # fmt: skip
+    return tuple(out)
 
 
 def _blocks(w: Window, labelled: tuple[LabelledStack, ...]) -> tuple[SampleBlock, ...]:

@@ -112,12 +112,20 @@ def _from_v4(data: dict[str, Any]) -> dict[str, Any]:
     return dict(data, schema=5, threads=[])
 
 
+def _from_v5(data: dict[str, Any]) -> dict[str, Any]:
+    """Schema 5 -> 6: 6 adds the sampling mode, the sidecar's own CPU, each process's requested
+    and achieved rates, and a triggered snapshot's `cause`. 5 was always the windows mode and
+    measured none of the rest: left None and empty, not guessed."""
+    return dict(data, schema=6)
+
+
 # UPGRADES[n - 1] turns schema n into schema n + 1.
 UPGRADES: tuple[Callable[[dict[str, Any]], dict[str, Any]], ...] = (
     _from_v1,
     _from_v2,
     _from_v3,
     _from_v4,
+    _from_v5,
 )
 assert len(UPGRADES) == SCHEMA_VERSION - 1, "every older schema needs its upgrade"
 

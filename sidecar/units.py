@@ -169,6 +169,13 @@ def _log_level(value: Any) -> str:
     return text
 
 
+def _sampling_mode(value: Any) -> str:
+    text = _text(value).strip().lower()
+    if text not in SAMPLING_MODES:
+        raise Unfit("is not a sampling mode")
+    return text
+
+
 def _listen(value: Any) -> str:
     if value is False:  # YAML 1.1 reads a bare `off` as false
         return "off"
@@ -181,6 +188,7 @@ def _listen(value: Any) -> str:
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+SAMPLING_MODES = ("continuous", "windows")
 
 SECONDS = Unit(
     "seconds",
@@ -213,6 +221,7 @@ OBJECT_URL = Unit(
 )
 COUNT = Unit("count", _count, "give a whole number, e.g. 3")
 LOG_LEVEL = Unit("log level", _log_level, f"give one of {', '.join(LOG_LEVELS)}")
+SAMPLING_MODE = Unit("sampling mode", _sampling_mode, "give continuous or windows")
 LISTEN = Unit("listen address", _listen, FORMS)
 
 

@@ -35,6 +35,15 @@ HELP: Mapping[str, tuple[str, str]] = {
     "sampler_cpu_budget_ratio": ("gauge", "The CPU budget the rate adapts to (sampling.cpu_budget, "
                                  "a share of one core); absent when off."),
     "sampling_behind_seconds": ("gauge", "How far py-spy fell behind its schedule."),
+    "sidecar_cpu_share": ("gauge", "The whole sidecar's CPU over the window's wall time, of one "
+                          "core: py-spy's (part=py_spy) and its own (part=self), as the budget "
+                          "counts them."),
+    "sampling_requested_hz": ("gauge", "Samples per second asked of py-spy for one process."),
+    "sampling_achieved_hz": ("gauge", "Samples per second of one process's main thread seen."),
+    "sampling_process_errors": ("gauge", "py-spy's failed samples of one process (continuous "
+                                "mode: each process has its own py-spy)."),
+    "sampling_process_behind_seconds": ("gauge", "How far one process's py-spy fell behind."),
+    "sampler_process_cpu_share": ("gauge", "One process's py-spy CPU over its sampled time."),
     "stage_samples": ("gauge", "Model-step samples per stage (prefill, decode, unknown)."),
     "gpu_memory_used_bytes": ("gauge", "Device memory in use (NVML)."),
     "gpu_memory_total_bytes": ("gauge", "Device memory in total (NVML)."),
@@ -190,6 +199,7 @@ def _add_summary(
     out.add("sampling_rate_hz", target, sampling.rate_hz)
     out.add("sampler_cpu_share", target, sampling.sampler_cpu_share)
     out.add("sampling_behind_seconds", target, sampling.behind_s)
+    _add_efficiency(out, summary, target)
     for name, by_role in (("phase_share", summary.by_role),
                           ("main_thread_phase_share", summary.main_thread)):  # fmt: skip
         for role, shares in by_role.items():
@@ -204,6 +214,24 @@ def _add_summary(
     for m in summary.custom:  # one series per custom metric; None (not measured): absent
         out.add("custom", {**target, "name": m.name, "kind": m.kind, "unit": m.unit or ""},
                 m.value)  # fmt: skip
+
+
+def _add_efficiency(out: _Families, summary: SnapshotSummary, target: dict[str, str]) -> None:
+    """The sampler's own efficiency: its CPU by part, and per process requested vs achieved."""
+    s = summary.sampling
+    wall = s.duration_s
+    if wall > 0:
+        out.add("sidecar_cpu_share", {**target, "part": "py_spy"}, s.sampler_cpu_s / wall)
+        if s.self_cpu_s is not None:
+            out.add("sidecar_cpu_share", {**target, "part": "self"}, s.self_cpu_s / wall)
+    for p in s.processes:
+        labels = {**target, "role": p.role.value, "pid": str(p.pid)}
+        out.add("sampling_requested_hz", labels, p.requested_hz)
+        out.add("sampling_achieved_hz", labels, p.achieved_hz)
+        out.add("sampling_process_errors", labels, p.errors)
+        out.add("sampling_process_behind_seconds", labels, p.behind_s)
+        if p.cpu_s is not None and wall > 0:
+            out.add("sampler_process_cpu_share", labels, p.cpu_s / wall)
 
 
 def _add_findings(out: _Families, view: ExporterView, target: dict[str, str]) -> None:

@@ -42,7 +42,7 @@ from sidecar.records.readings import (
     ServingFigures,
 )
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +60,32 @@ class ProcessEntry:
 class TargetSection:
     root_pid: int | None = None
     processes: tuple[ProcessEntry, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSampling:
+    """How one process was sampled: the rate asked of py-spy against the rate its main thread
+    was seen at (one sample per tick: py-spy's own count is per thread), its errors, lateness
+    and, where it had a py-spy of its own (continuous mode), that py-spy's CPU."""
+
+    pid: int
+    role: Role
+    requested_hz: float  # time-weighted over the window; below 1 Hz: 1 Hz for part of it
+    achieved_hz: float | None  # main-thread samples per second; None: no main thread seen
+    samples: int  # every thread's stacks of this process
+    errors: int | None = None  # py-spy's failed samples; None: one py-spy took the whole tree
+    cpu_s: float | None = None  # its py-spy's CPU; None: one py-spy took the whole tree
+    behind_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Cause:
+    """Why a snapshot was taken out of schedule (schema 6): a signal, `vllm-sidecar trigger`,
+    a latency or queue trigger, a stalled engine."""
+
+    kind: str  # "signal", "socket", "latency", "queue", "stall"
+    detail: str  # what fired it, in words with its figures
+    at: str  # when, UTC ISO 8601
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +122,11 @@ class SamplingSection:
     partial_reason: str | None = None
     warnings: tuple[str, ...] = ()
     blocks: tuple[SampleBlock, ...] = ()  # schema 3; empty when read from 1 or 2
+    # Schema 6: "continuous" or "windows" (None: written before, always windows); the
+    # sidecar's own CPU beside py-spy's (None: not measured before schema 6); each process.
+    mode: str | None = None
+    self_cpu_s: float | None = None
+    processes: tuple[ProcessSampling, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +243,7 @@ class SnapshotSummary:
     kv_cache: KvCache | None = None
     custom: tuple[CustomMetric, ...] = ()  # schema 4; () when none configured or read from 1-3
     threads: tuple[ThreadCheck, ...] = ()  # schema 5; () when read from 1-4
+    cause: Cause | None = None  # schema 6: why a snapshot out of schedule was taken; None: on it
 
     @property
     def samples(self) -> int:

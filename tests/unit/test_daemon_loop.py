@@ -23,7 +23,7 @@ import pytest
 
 from sidecar import cli as cli_module
 from sidecar.classifier import Classifier
-from sidecar.config import Config, ScheduleConfig, load_config
+from sidecar.config import Config, SamplingConfig, ScheduleConfig, load_config
 from sidecar.daemon import Daemon
 from sidecar.discovery import AmbiguousTarget, Deployment
 from sidecar.errors import AttachError, ConfigError, SamplerError
@@ -45,7 +45,9 @@ T0 = 1000.0  # the fake monotonic clock at start
 WALL0 = 1_780_000_000.0  # the wall clock then; the next daily baseline is 12,800 s away
 WINDOW, INTERVAL = 10.0, 60.0
 SCHEDULE = ScheduleConfig(window_s=WINDOW, interval_s=INTERVAL, baseline_every_s=86400.0)
-CONFIG = Config(schedule=SCHEDULE, exporter_listen="off", gpu=False)
+# The windows mode's schedule (continuous mode: test_continuous.py).
+CONFIG = Config(schedule=SCHEDULE, sampling=SamplingConfig(mode="windows"), exporter_listen="off",
+                gpu=False)  # fmt: skip
 
 
 @cache
@@ -567,7 +569,8 @@ def reloading_daemon(
 ) -> tuple[Daemon, FakeStore, list[bool]]:
     store, opened = FakeStore(), []
     make = builders(store, gpu=lambda enabled: opened.append(enabled), **overrides)
-    d = Daemon(load_config(path, {}), config_path=path, environ={}, clock=world.time.clock,
+    environ = {"VLLM_SIDECAR_SAMPLING_MODE": "windows"}  # these are the windows mode's
+    d = Daemon(load_config(path, environ), config_path=path, environ=environ, clock=world.time.clock,
                wall_clock=world.time.wall, wait=world.wait, builders=make,
                find_target=world.find, alive=world.alive,
                make_collector=world.collector)  # fmt: skip
