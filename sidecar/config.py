@@ -150,6 +150,38 @@ CREDENTIALS_HELP = "credentials never go in the sidecar's config: " + AWS_CHAIN_
 
 
 @dataclass(frozen=True, slots=True)
+class HangConfig:
+    # Watch the engine for stalls (sidecar/hang.py): a /metrics scrape every check_s.
+    enabled: bool = field(default=True, metadata=unit(u.BOOL))
+    check_s: float = field(default=5.0, metadata=unit(u.SECONDS, positive=True))
+    # Work pending, no step, and the engine's main-thread stacks the same in every dump this
+    # long: stalled (a long step moves through the model's layers; a frozen one does not).
+    stack_after_s: float = field(default=30.0, metadata=unit(u.SECONDS, positive=True))
+    # Work pending and no step this long, whatever the stacks do: stalled.
+    stall_after_s: float = field(default=120.0, metadata=unit(u.SECONDS, positive=True))
+    # An incident's `py-spy dump --native` of one process may take this long.
+    dump_timeout_s: float = field(default=30.0, metadata=unit(u.SECONDS, positive=True))
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerConfig:
+    # The daemon's local control socket for `vllm-sidecar trigger` (a Unix socket, mode 0600,
+    # never a network port); None: OUTPUT_DIR/control.sock.
+    socket: Path | None = field(default=None, metadata=unit(u.PATH, optional=True))
+    # A snapshot on a trigger samples this long at sampling.rate_hz, beside continuous sampling.
+    window_s: float = field(default=20.0, metadata=unit(u.SECONDS, positive=True))
+    # Latency trigger: p95 time to first token over the last `over_s` above this; None: off.
+    ttft_p95_s: float | None = field(
+        default=None, metadata=unit(u.SECONDS, optional=True, positive=True)
+    )
+    # Queue trigger: this many requests waiting or more; None: off.
+    queue_length: int | None = field(default=None, metadata=unit(u.COUNT, optional=True))
+    over_s: float = field(default=60.0, metadata=unit(u.SECONDS, positive=True))
+    # The latency and queue triggers fire at most once in this long.
+    min_interval_s: float = field(default=600.0, metadata=unit(u.SECONDS))
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     target: TargetConfig = TargetConfig()
     sampling: SamplingConfig = SamplingConfig()
@@ -157,6 +189,8 @@ class Config:
     output: OutputConfig = OutputConfig()
     metrics: MetricsConfig = MetricsConfig()
     upload: UploadConfig = UploadConfig()
+    hang: HangConfig = HangConfig()
+    trigger: TriggerConfig = TriggerConfig()
     # The sidecar's own /metrics; "off" disables it.
     exporter_listen: str = field(default="127.0.0.1:9464", metadata=unit(u.LISTEN))
     gpu: bool = field(default=True, metadata=unit(u.BOOL))

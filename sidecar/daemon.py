@@ -27,6 +27,7 @@ from types import FrameType
 from typing import Any
 
 from sidecar.advice import findings
+from sidecar.always_on import AlwaysOn
 from sidecar.config import Config, load_config
 from sidecar.discovery import AmbiguousTarget, Deployment, configured_target
 from sidecar.errors import AttachError, SamplerError, SidecarError
@@ -41,6 +42,7 @@ from sidecar.failures import (
 )
 from sidecar.notify import SystemdNotifier, watchdog_interval
 from sidecar.parts import (
+    WRITE_LOCK,
     Builders,
     HourRun,
     Parts,
@@ -115,6 +117,8 @@ class Daemon:
         self._lost: Deployment | None = None  # the deployment last lost, until another is found
         self._had_window = False
         self._hour: HourRun | None = None  # continuous mode: the hour its baseline puts together
+        self.always = AlwaysOn(lambda: self.parts, self.state, self.failures, self._keep_in,
+                               clock, wall_clock, self.signals.stop)  # fmt: skip
 
     @property
     def config(self) -> Config:
@@ -127,10 +131,12 @@ class Daemon:
         self._install_signals()
         exporter = start_exporter(self.config.exporter_listen, self.exported())
         self._start_watchdog()
+        self.always.start()
         try:
             return self.serve()
         finally:
             self.signals.stop.set()  # ends the watchdog thread
+            self.always.close()
             if exporter is not None:
                 exporter.close()
 
@@ -253,6 +259,10 @@ class Daemon:
     def _keep(self, result: WindowResult, planned: PlannedWindow) -> None:
         keep_window(result, planned, self.parts, self.state, self.failures)
 
+    def _keep_in(self, result: WindowResult, planned: PlannedWindow, parts: Parts) -> str | None:
+        """A triggered snapshot's write (from the trigger thread)."""
+        return keep_window(result, planned, parts, self.state, self.failures)
+
     def _collector(self, target: Deployment, first: bool) -> WindowCollector:
         def alive() -> bool:
             return self._alive(target)
@@ -293,6 +303,7 @@ class Daemon:
             log.warning("target lost (%s): rediscovering with backoff", reason)
             self.parts.store.record_gap(self._outage.since_wall, None, reason)  # open till found
             self.state.update_target(False, self.restarts, self._outage.since_wall)
+        self.always.lost()
         if self.target is not None:
             self._lost = self.target
         self.target = None
@@ -334,6 +345,7 @@ class Daemon:
         roles = ", ".join(f"{p.pid} {p.role.value}" for p in target.processes)
         log.info("attached to vLLM deployment %d: %s", target.root.pid, roles)
         self.state.update_target(True, self.restarts, None)
+        self.always.attached(target)
 
     # ------------------------------------------------------------------ signals, waiting
 
@@ -398,9 +410,13 @@ class Daemon:
         def on_hup(signum: int, frame: FrameType | None) -> None:
             self.signals.reload.set()
 
+        def on_usr1(signum: int, frame: FrameType | None) -> None:
+            self.always.signal("SIGUSR1")
+
         signal.signal(signal.SIGTERM, on_stop)
         signal.signal(signal.SIGINT, on_stop)
         signal.signal(signal.SIGHUP, on_hup)
+        signal.signal(signal.SIGUSR1, on_usr1)
 
     def _start_watchdog(self) -> None:
         """Ping systemd's watchdog while the main loop shows signs of life."""
@@ -422,8 +438,20 @@ def keep_window(
     parts: Parts,
     state: ExporterState,
     failures: FailureTally,
-) -> None:
-    """Write a window's snapshot to `parts.store`, settle its failures, tell the exporter."""
+) -> str | None:
+    """Write a window's snapshot to `parts.store`, settle its failures, tell the exporter;
+    the folder written, or None."""
+    with WRITE_LOCK:  # the trigger and hang threads write too
+        return _write(result, planned, parts, state, failures)
+
+
+def _write(
+    result: WindowResult,
+    planned: PlannedWindow,
+    parts: Parts,
+    state: ExporterState,
+    failures: FailureTally,
+) -> str | None:
     snapshot, store, kind = result.snapshot, parts.store, planned.kind.value
     seen = [*result.failures, *reading_failures(snapshot)]
     outcome = store.write(snapshot, kind)
@@ -447,6 +475,7 @@ def keep_window(
                  f"; partial: {w.partial_reason}" if w.partial else "")  # fmt: skip
     else:  # the store warns once per change of disk state; this is the per-tick detail
         log.debug("%s not written: %s", kind, outcome.skipped_reason)
+    return written
 
 
 def start_uploads(parts: Parts, state: ExporterState, clean_staging: bool = True) -> None:

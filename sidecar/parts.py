@@ -11,6 +11,7 @@ kept schedule its deadlines, a kept controller its rate).
 from __future__ import annotations
 
 import socket
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -70,6 +71,10 @@ class Store(Protocol):
     def cleanup_temp(self) -> tuple[str, ...]: ...
     def snapshots(self) -> tuple[StoredSnapshot, ...]: ...
     def set_hold(self, held: Callable[[str], bool] | None) -> None: ...
+
+
+# One snapshot written at a time: the daemon's loop, its trigger thread and its hang watch.
+WRITE_LOCK = threading.RLock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,16 +221,21 @@ def real_collector(
     alive: Callable[[], bool],
     clock: Callable[[], float],
     wall_clock: Callable[[], float],
+    controller: RateController | None = None,
 ) -> WindowCollector:
     """The real readers over `target`: py-spy, psutil, NVML, vLLM's /metrics. `first`: the
-    daemon's first window, whose failed attach is a failed start (the sampler raises)."""
+    daemon's first window, whose failed attach is a failed start (the sampler raises).
+    `controller`: a window of the windows mode at its rate (a triggered snapshot), whatever
+    the configured mode."""
     config = parts.config
     segment_s = min(config.sampling.segment_s, config.schedule.window_s)
-    sampler = Sampler(runner=parts.runner, pid=target.root.pid, controller=parts.controller,
-                      segment_s=segment_s, alive=alive, clock=clock, wall_clock=wall_clock,
+    sampler = Sampler(runner=parts.runner, pid=target.root.pid,
+                      controller=controller or parts.controller, segment_s=segment_s,
+                      alive=alive, clock=clock, wall_clock=wall_clock,
                       fail_fast=first)  # fmt: skip
     planner = parts.planner
-    if planner is not None:  # continuous: one py-spy per process at the planner's rates
+    # Continuous: one py-spy per process at the planner's rates.
+    if planner is not None and controller is None:
 
         def plan() -> tuple[ProcessRate, ...]:
             return planner.plan(target.processes)

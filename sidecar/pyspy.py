@@ -176,11 +176,19 @@ class SubprocessPySpy:
                                 timeout=10, check=False)  # fmt: skip
         return result.stdout.strip() or None
 
-    def dump(self, pid: int, timeout_s: float = 60.0) -> tuple[int, str]:
-        """One `py-spy dump --nonblocking` of `pid` (never pauses it): exit code and output."""
-        result = subprocess.run([self.binary, "dump", "--nonblocking", "--pid", str(pid)],
-                                capture_output=True, text=True, timeout=timeout_s,
-                                check=False)  # fmt: skip
+    def dump(self, pid: int, timeout_s: float = 60.0, native: bool = False) -> tuple[int, str]:
+        """One `py-spy dump` of `pid`: exit code and output. `--nonblocking` (never pauses it),
+        or with `native` the native frames too, which py-spy reads only with the process paused
+        for the moment of the dump. A dump that outlasts `timeout_s` is killed: exit 124."""
+        mode = ["--native"] if native else ["--nonblocking"]
+        try:
+            result = subprocess.run([self.binary, "dump", *mode, "--pid", str(pid)],
+                                    capture_output=True, text=True, timeout=timeout_s,
+                                    check=False)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            return 124, f"py-spy dump {' '.join(mode)} took over {timeout_s:g} s and was killed"
+        except OSError as exc:
+            return 127, f"cannot start py-spy ({self.binary}): {exc}"
         return result.returncode, result.stderr + result.stdout
 
     def record(self, request: RecordRequest, stop: Callable[[], bool]) -> RecordOutcome:

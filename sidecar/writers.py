@@ -85,9 +85,11 @@ def write_snapshot(
     *,
     name: str | None = None,
     kind: str | None = None,
+    extra: Mapping[str, str] | None = None,
 ) -> Path:
     """Write all formats into OUT_DIR/<name or snapshot.name>/ atomically (a taken name gets
-    `-1`, `-2`, ...); `kind` goes into summary.json. Returns the final folder."""
+    `-1`, `-2`, ...); `kind` goes into summary.json; `extra`: more text files by name (an
+    incident's dumps). Returns the final folder."""
     writers = [_writer(f, kind) for f in (formats or tuple(WRITERS))]
     final = _free_name(out_dir, name or snapshot.name)
     tmp = out_dir / f".{final.name}.tmp-{os.getpid()}"
@@ -96,6 +98,8 @@ def write_snapshot(
         tmp.mkdir()
         for writer in writers:
             writer.write(snapshot, tmp / writer.filename)
+        for filename, text in (extra or {}).items():
+            (tmp / filename).write_text(text)
         _fsync_tree(tmp)
         os.replace(tmp, final)
         fsync_dir(out_dir)

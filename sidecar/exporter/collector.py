@@ -21,6 +21,8 @@ from sidecar.records.summary import SnapshotSummary
 PREFIX = "vllm_sidecar_"
 DISK_STATES = ("ok", "low")
 SEVERITIES = ("critical", "warning", "info")
+ENGINE_STATES = ("ok", "idle", "long_step", "stalled", "unknown")
+TRIGGER_KINDS = ("signal", "socket", "latency", "queue")
 Family = CounterMetricFamily | GaugeMetricFamily
 
 # name -> (type, help). Counters are named without `_total`: prometheus_client appends it.
@@ -88,6 +90,13 @@ HELP: Mapping[str, tuple[str, str]] = {
                                               "confirmed; absent before the first."),
     "upload_failures": ("counter", "Failed upload tries; each doubles the wait before the next."),
     "snapshots_uploaded": ("counter", "Snapshot folders uploaded and confirmed by a listing."),
+    "stalled_seconds": ("gauge", "How long the engine has made no progress with work pending, "
+                        "by the role it is stuck in (sidecar/hang.py); 0 when it is not."),
+    "engine_state": ("gauge", "1 for the hang watch's latest judgement of the engine (ok, idle, "
+                     "long_step, stalled, unknown), 0 for the others."),
+    "stall_incidents": ("counter", "Stalls raised (each writes an incident with native dumps)."),
+    "triggered_snapshots": ("counter", "Snapshots taken on a trigger, by cause (signal, socket, "
+                            "latency, queue)."),
     "window_failures": ("counter", "Failures the daemon carried on through, by kind."),
     "finding": ("gauge", "1 for each finding of the latest snapshot (configs/advice.yaml); "
                 "absent when it does not fire."),
@@ -303,6 +312,14 @@ def _add_daemon(out: _Families, view: ExporterView, host: dict[str, str]) -> Non
         out.add("snapshots_written", host, d.written_total)
         out.add("snapshots_skipped", host, d.skipped_total)
         out.add("snapshots_deleted", host, d.deleted_total)
+    if view.stall is not None:
+        for role, seconds in sorted(view.stall.stalled_s.items()):
+            out.add("stalled_seconds", {**host, "role": role}, seconds)
+        for state in ENGINE_STATES:
+            out.add("engine_state", {**host, "state": state}, int(state == view.stall.state))
+        out.add("stall_incidents", host, view.incidents_total)
+    for kind in TRIGGER_KINDS:
+        out.add("triggered_snapshots", {**host, "cause": kind}, view.triggered.get(kind, 0))
     if view.upload is not None:
         u = view.upload
         out.add("upload_backlog", host, u.backlog)

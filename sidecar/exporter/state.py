@@ -47,6 +47,14 @@ class ScheduleState:
 
 
 @dataclass(frozen=True, slots=True)
+class StallState:
+    """The hang watch's latest judgement (sidecar/hang.py)."""
+
+    state: str  # unknown, idle, ok, long_step, stalled
+    stalled_s: Mapping[str, float]  # role -> seconds stalled (0 for the engine roles not)
+
+
+@dataclass(frozen=True, slots=True)
 class ExporterView:
     """Everything one scrape reports. Replaced whole, never changed in place."""
 
@@ -62,6 +70,9 @@ class ExporterView:
     schedule: ScheduleState | None = None
     failures: Mapping[str, int] = field(default_factory=dict)  # kind -> count
     upload: UploadStatus | None = None  # None: upload.url is not set
+    stall: StallState | None = None  # None: hang detection off or not started
+    incidents_total: int = 0
+    triggered: Mapping[str, int] = field(default_factory=dict)  # cause kind -> snapshots
 
 
 class ExporterState:
@@ -138,6 +149,19 @@ class ExporterState:
         schedule = ScheduleState(next_deadline_wall, lateness_s, windows_missed)
         with self._lock:
             self._view = replace(self._view, schedule=schedule)
+
+    def update_stall(self, state: str, stalled_s: Mapping[str, float]) -> None:
+        with self._lock:
+            self._view = replace(self._view, stall=StallState(state, dict(stalled_s)))
+
+    def count_incident(self) -> None:
+        with self._lock:
+            self._view = replace(self._view, incidents_total=self._view.incidents_total + 1)
+
+    def count_triggered(self, kind: str) -> None:
+        with self._lock:
+            v = self._view
+            self._view = replace(v, triggered={**v.triggered, kind: v.triggered.get(kind, 0) + 1})
 
     def update_failures(self, counts: Mapping[str, int]) -> None:
         with self._lock:
