@@ -667,14 +667,29 @@ def doctor(**kw: Any) -> None:
 
 
 @cli.command()
-@click.option("--config", "config_path", type=click.Path(path_type=Path),
-              help="The daemon's YAML config: its trigger.socket or output.dir name the socket.")
-@click.option("--out", type=click.Path(path_type=Path),
-              help="The daemon's output folder (--out of `run`): its control.sock.")
-@click.option("--socket", "socket_file", type=click.Path(path_type=Path),
-              help="The daemon's control socket itself.")
-@click.option("--reason", default="vllm-sidecar trigger", show_default=True,
-              help="Recorded in the snapshot's cause.")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path),
+    help="The daemon's YAML config: its trigger.socket or output.dir name the socket.",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    help="The daemon's output folder (--out of `run`): its control.sock.",
+)
+@click.option(
+    "--socket",
+    "socket_file",
+    type=click.Path(path_type=Path),
+    help="The daemon's control socket itself.",
+)
+@click.option(
+    "--reason",
+    default="vllm-sidecar trigger",
+    show_default=True,
+    help="Recorded in the snapshot's cause.",
+)
 def trigger(config_path: Path | None, out: Path | None, socket_file: Path | None,
             reason: str) -> None:  # fmt: skip
     """Take a snapshot now in the running daemon (over its local socket); prints its folder."""

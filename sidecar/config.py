@@ -80,9 +80,9 @@ class SamplingConfig:
     # Continuous mode: the least rate of the EngineCore and workers whatever the budget says
     # (the API server's is a quarter of it); below 1 Hz py-spy samples part of each segment.
     continuous_min_hz: float = field(default=0.5, metadata=unit(u.HERTZ, positive=True))
-    # Continuous mode: py-spy runs per process in segments of this length (its attach, about
-    # 30 ms of CPU, is paid once a segment); each segment is a block for `diff`.
-    continuous_segment_s: float = field(default=60.0, metadata=unit(u.SECONDS, positive=True))
+    # Continuous mode: py-spy runs per process in segments of this length (its start and
+    # attach are paid once a segment); each segment is a block for `diff`.
+    continuous_segment_s: float = field(default=100.0, metadata=unit(u.SECONDS, positive=True))
     rate_hz: float = field(default=5.0, metadata=unit(u.HERTZ))
     # A share of one core; None keeps rate_hz fixed.
     cpu_budget: float | None = field(default=0.02, metadata=unit(u.SHARE, optional=True))

@@ -11,9 +11,11 @@ py-spy's least rate (1 Hz) a process samples at 1 Hz for part of the segment.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from sidecar import outproc
 from sidecar.config import Config
 from sidecar.pyspy import ProcessRate, RecordOutcome
 from sidecar.records import ProcessInfo, Role
@@ -38,7 +40,10 @@ class RolePlanner:
     weights: Mapping[Role, float] = field(default_factory=lambda: dict(ROLE_WEIGHTS))
     hz: float = START_HZ  # the EngineCore's (weight 1) rate now
     last_cost_share: float | None = None  # the last segment's measured cost, of one core
+    clock: Callable[[], float] = time.monotonic
+    self_cpu: Callable[[], float] = field(default=lambda: own_cpu())
     _plan: tuple[ProcessRate, ...] = ()
+    _last: tuple[float, float] | None = None  # (clock, own CPU) at the last update
 
     def plan(self, processes: tuple[ProcessInfo, ...]) -> tuple[ProcessRate, ...]:
         out = []
@@ -58,15 +63,23 @@ class RolePlanner:
         """Samples per second the current plan asks of py-spy, all processes together."""
         return sum(p.rate_hz * p.share for p in self._plan)
 
-    def update(self, outcome: RecordOutcome, own_cpu_s: float) -> float:
+    def update(self, outcome: RecordOutcome, own_cpu_s: float = 0.0) -> float:
         """After a segment: the rate that spends the budget, given what py-spy's samples cost
-        and what the sidecar spent besides (which no rate change saves)."""
-        wall, asked = outcome.wall_s, self.requested()
-        if wall <= 0 or asked <= 0:
+        and what the sidecar spent besides (which no rate change saves). The sidecar's own CPU
+        and the wall time are the planner's own readings since its last update, so that what
+        happens between segments and windows (writing a snapshot, the hang watch's scrapes)
+        is counted too; `own_cpu_s` (the sampler's, within the window) is not needed."""
+        now, own = self.clock(), self.self_cpu()
+        last, self._last = self._last, (now, own)
+        asked = self.requested()
+        if last is None or asked <= 0 or outcome.wall_s <= 0:
             return self.hz
-        self.last_cost_share = (outcome.cpu_s + own_cpu_s) / wall
-        per_sample = outcome.cpu_s / (asked * wall)  # py-spy's CPU per sample asked for
-        left = self.budget - own_cpu_s / wall  # what the samples may spend, per second
+        wall, own_s = now - last[0], max(own - last[1], 0.0)
+        if wall <= 0:
+            return self.hz
+        self.last_cost_share = (outcome.cpu_s + own_s) / wall
+        per_sample = outcome.cpu_s / (asked * outcome.wall_s)  # py-spy's CPU per sample asked
+        left = self.budget - own_s / wall  # what the samples may spend, per second
         if per_sample <= 0:
             return self.hz
         affordable = max(left, 0.0) / per_sample  # samples per second, all processes
@@ -75,6 +88,18 @@ class RolePlanner:
         wanted = min(max(wanted, self.hz / 2), self.hz * 2)
         self.hz = min(max(wanted, self.min_hz), MAX_HZ)
         return self.hz
+
+    def started(self) -> None:
+        """A window begins: the cost from here is measured (once: later windows go on from
+        the last segment, so the time between windows is counted)."""
+        if self._last is None:
+            self._last = (self.clock(), self.self_cpu())
+
+
+def own_cpu() -> float:
+    """The sidecar's own CPU seconds so far: every thread of its process, and its reaped
+    write children (sidecar/outproc.py); py-spy's runs are counted apart, per segment."""
+    return time.process_time() + outproc.child_cpu_s()
 
 
 def is_continuous(config: Config) -> bool:

@@ -26,6 +26,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from sidecar import outproc
 from sidecar.advice import findings
 from sidecar.always_on import AlwaysOn
 from sidecar.config import Config, load_config
@@ -131,6 +132,7 @@ class Daemon:
         self._install_signals()
         exporter = start_exporter(self.config.exporter_listen, self.exported())
         self._start_watchdog()
+        outproc.enable()  # Parquet written in a child: pandas and pyarrow never stay loaded
         self.always.start()
         try:
             return self.serve()

@@ -37,6 +37,7 @@ from enum import StrEnum
 from sidecar.classifier import Classifier
 from sidecar.parsers import InputFormat, parse_text
 from sidecar.procfs import ProcFs
+from sidecar.pyspy import last_line
 from sidecar.records import ProcessInfo, Role, StackSample
 from sidecar.vllm_metrics import MetricsScrape, MetricsSource, take_scrape
 from sidecar.vllm_metrics.figures import (
@@ -44,6 +45,7 @@ from sidecar.vllm_metrics.figures import (
     PROMPT_TOKENS,
     REQUEST_SUCCESS,
     RUNNING,
+    TTFT,
     WAITING,
 )
 
@@ -69,6 +71,15 @@ class Progress:
     at: float  # monotonic
     pending: float | None  # requests running + waiting; None: not read
     count: float | None  # tokens, steps and finished requests so far; None: not read
+
+
+# What the watch and the latency triggers read: the rest of vLLM's text is not parsed.
+WATCHED = (*RUNNING, *WAITING, *GENERATION_TOKENS, *PROMPT_TOKENS, *REQUEST_SUCCESS, *STEPS,
+           *TTFT)  # fmt: skip
+
+
+def watch_scrape(source: MetricsSource) -> MetricsScrape:
+    return take_scrape(source, only=WATCHED)
 
 
 def progress_of(scrape: MetricsScrape) -> Progress:
@@ -210,6 +221,7 @@ class HangWatch:
     on_verdict: Callable[[Verdict, Stall | None], None] = lambda v, s: None  # every check
     on_scrape: Callable[[MetricsScrape], None] = lambda s: None  # the latency triggers read it
     clock: Callable[[], float] = time.monotonic
+    scrape: Callable[[MetricsSource], MetricsScrape] = field(default=lambda s: watch_scrape(s))
     stop: threading.Event = field(default_factory=threading.Event)
     stall: Stall | None = None
     _thread: threading.Thread | None = None
@@ -237,7 +249,7 @@ class HangWatch:
                 return
 
     def check(self) -> Verdict:
-        scrape = take_scrape(self.metrics, self.clock)
+        scrape = self.scrape(self.metrics)
         self.on_scrape(scrape)
         p = progress_of(scrape)
         threads = self.main_threads() if self.judge.suspect(p) else None
@@ -293,7 +305,7 @@ def dumps_of(processes: tuple[ProcessInfo, ...], dump: Dump) -> Mapping[int, tup
         if code == 0 and text.strip():
             out[p.pid] = ("py-spy dump --native", text)
             continue
-        why = text.strip().splitlines()[-1] if text.strip() else f"exit {code}"
+        why = last_line(text) or f"exit {code}"
         code2, text2 = dump(p.pid, False)
         how = f"py-spy dump --nonblocking (--native failed: {why})"
         out[p.pid] = (how, text2 if code2 == 0 else f"{how}\nfailed too: {text2}")

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
+from sidecar import outproc
 from sidecar.classifier import Classifier
 from sidecar.errors import OutputError
 from sidecar.parsers import InputFormat, parse_text
@@ -70,8 +71,11 @@ def write_incident(
     extra = {f"dump-{pid}-{roles.get(pid, 'other')}.txt": f"# {how}\n{text}"
              for pid, (how, text) in dumps.items()}  # fmt: skip
     kind = snapshot.cause.kind if snapshot.cause else "incident"
-    return write_snapshot(snapshot, folder, name=f"{snapshot.name}-{kind}", kind="incident",
-                          extra=extra)  # fmt: skip
+    name = f"{snapshot.name}-{kind}"
+    written = outproc.call(
+        lambda: str(write_snapshot(snapshot, folder, name=name, kind="incident", extra=extra))
+    )
+    return Path(written)
 
 
 def prune_incidents(host_dir: Path, max_age_s: float | None, now: float | None = None) -> int:

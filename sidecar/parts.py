@@ -242,6 +242,7 @@ def real_collector(
 
         sampler.segment_s = config.sampling.continuous_segment_s
         sampler.plan, sampler.on_segment = plan, planner.update
+        planner.started()
     readers, watch = window_readers(parts, target)
     return _Window(target, sampler, parts.classifier, readers, watch)
 

@@ -89,6 +89,9 @@ class RecordRequest:
     # Continuous mode: one py-spy per process, each at its own rate and without
     # --subprocesses (no rescan of the process tree at every sample); `pid` is then the root.
     processes: tuple[ProcessRate, ...] = ()
+    # Continuous mode: `duration_s` counts from py-spy's launch, its attach inside it, so that
+    # a period's segments end on the wall clock's grid.
+    from_launch: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,12 +210,19 @@ class SubprocessPySpy:
                              duration_s=max(request.duration_s * p.share, 1.0))  # fmt: skip
             results[p.pid] = self._record(single, stop)
 
+        launched = time.monotonic()
         threads = [threading.Thread(target=one, args=(p,), daemon=True) for p in request.processes]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        return merge_outcomes(request.processes, results)
+        # A process sampled for part of the segment (below 1 Hz) has its pause here: the
+        # segment lasts its whole length, so that the next one starts on time, not at once.
+        end = launched + request.duration_s
+        while (left := end - time.monotonic()) > 0 and not stop():
+            time.sleep(min(left, self.poll_s))
+        merged = merge_outcomes(request.processes, results)
+        return replace(merged, wall_s=max(merged.wall_s, time.monotonic() - launched))
 
     def _record(self, request: RecordRequest, stop: Callable[[], bool]) -> RecordOutcome:
         with tempfile.TemporaryDirectory(prefix="vllm-sidecar-") as tmp:
@@ -289,11 +299,16 @@ class SubprocessPySpy:
 
         def deadline() -> float:
             since = watch.sampling_since
+            if request.from_launch:
+                return started + request.duration_s
             if since:
                 return since + request.duration_s
             return started + request.duration_s + request.attach_grace_s
 
-        exit_ = wait_for_exit(proc.pid, deadline, stop, self.poll_s, self.kill_grace_s,
+        # py-spy ends on SIGINT after its next sample: at 1 Hz on a loaded host that took
+        # 3.5 s here, so a slow rate gets longer before it is killed.
+        grace = max(self.kill_grace_s, 10.0 / whole_rate(request.rate_hz))
+        exit_ = wait_for_exit(proc.pid, deadline, stop, self.poll_s, grace,
                               self.calls, reaped_code=lambda: proc.returncode)  # fmt: skip
         proc.returncode = exit_.returncode  # Popen must not wait for it again
         return exit_
@@ -384,6 +399,7 @@ def merge_outcomes(
     failed = [o for _, o in outs if o.returncode != 0]
     worst = failed[0] if failed and len(failed) == len(outs) else None
     killed = [o.killed_after_s for _, o in outs if o.killed_after_s is not None]
+    wall = max((o.wall_s for _, o in outs), default=0.0)
     return RecordOutcome(
         raw=raw,
         returncode=worst.returncode if worst else 0,
@@ -391,18 +407,20 @@ def merge_outcomes(
         samples=sum(o.samples or 0 for _, o in outs),
         errors=sum(o.errors or 0 for _, o in outs),
         cpu_s=sum(o.cpu_s for _, o in outs),
-        wall_s=max((o.wall_s for _, o in outs), default=0.0),
+        wall_s=wall,
         target_exited=bool(outs) and all(o.target_exited for _, o in outs),
         behind_s=max((o.behind_s for _, o in outs), default=0.0),
         attach_s=max((o.attach_s for _, o in outs), default=0.0),
         killed_after_s=max(killed, default=None),
-        per_process=tuple(_process_outcome(p, o) for p, o in outs),
+        per_process=tuple(_process_outcome(p, o, wall) for p, o in outs),
     )
 
 
-def _process_outcome(p: ProcessRate, o: RecordOutcome) -> ProcessOutcome:
+def _process_outcome(p: ProcessRate, o: RecordOutcome, segment_s: float) -> ProcessOutcome:
+    """`wall_s` is the segment's, not this py-spy's own (shorter below 1 Hz): the rates asked
+    and achieved are both per second of the segment."""
     return ProcessOutcome(pid=p.pid, requested_hz=p.rate_hz * p.share, samples=o.samples or 0,
-                          errors=o.errors or 0, cpu_s=o.cpu_s, wall_s=o.wall_s,
+                          errors=o.errors or 0, cpu_s=o.cpu_s, wall_s=segment_s,
                           behind_s=o.behind_s)  # fmt: skip
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from sidecar.continuous import own_cpu
 from sidecar.parsers import parse_raw
 from sidecar.pyspy import (
     ATTACH_GRACE_S,
@@ -29,6 +30,8 @@ from sidecar.records import StackSample
 
 # The least a segment waits for py-spy to attach, even when the window's grace is spent.
 MIN_ATTACH_S = 2.0
+# Continuous mode: what a segment leaves for py-spy to end after SIGINT, in its period.
+EXIT_S = 1.5
 # Attaches that add up to this share of the sampled time earn the window a warning.
 SLOW_ATTACH_SHARE = 0.25
 
@@ -184,7 +187,7 @@ class Sampler:
     # one py-spy over the whole tree at the controller's rate.
     plan: Callable[[], tuple[ProcessRate, ...]] | None = None
     # The sidecar's own CPU seconds so far (all its threads): counted in the budget with py-spy's.
-    self_cpu: Callable[[], float] = time.process_time
+    self_cpu: Callable[[], float] = field(default=lambda: own_cpu())
     # Told each segment's cost (py-spy's and the sidecar's own CPU), wall time and outcome.
     on_segment: Callable[[RecordOutcome, float], object] | None = None
 
@@ -214,7 +217,12 @@ class Sampler:
             # A segment may wait for py-spy to attach only as long as the window's grace has left
             # (at least MIN_ATTACH_S): a host slow to attach ends the window partial, in time.
             grace = min(max(give_up - self.clock(), MIN_ATTACH_S), ATTACH_GRACE_S)
-            outcome = self._segment(min(left, self.segment_s), stop, grace,
+            # Continuous: py-spy ends on SIGINT after its next sample (up to a second at 1 Hz,
+            # more on a loaded host): asked to stop that much before the period's end.
+            seconds = min(left - EXIT_S, self.segment_s) if by_wall else min(left, self.segment_s)
+            if seconds < 1.0:
+                break
+            outcome = self._segment(seconds, stop, grace,
                                     first=not totals["segments"])  # fmt: skip
             sampled += outcome.wall_s
             rates.append(_asked(outcome) or self.controller.rate_hz)
@@ -280,7 +288,8 @@ class Sampler:
     ) -> RecordOutcome:
         processes = self.plan() if self.plan is not None else ()
         request = RecordRequest(pid=self.pid, rate_hz=self.controller.rate_hz, duration_s=seconds,
-                                attach_grace_s=attach_grace_s, processes=processes)  # fmt: skip
+                                attach_grace_s=attach_grace_s, processes=processes,
+                                from_launch=bool(processes))  # fmt: skip
         outcome = self.runner.record(request, stop)
         refused = outcome.returncode != 0 and outcome.killed_after_s is None
         if first and self.fail_fast and refused and not outcome.raw:

@@ -7,7 +7,7 @@ state machine: the daemon asks `plan()`, waits, runs the window and reports `don
 
 In continuous mode (`continuous=True`) the windows are periods back to back, each ending on a
 wall-clock multiple of `interval_s` (so that twelve of them make the hour and a fleet's periods
-line up); a first period shorter than a third of an interval runs on to the next multiple.
+line up); a first period shorter than half an interval runs on to the next multiple.
 Baselines are then not windows of their own but the hour's periods put together (daemon.py).
 """
 
@@ -75,7 +75,7 @@ class Schedule:
         interval, or the one after when that is too close to make a period of its own."""
         interval = self.config.interval_s
         end = _next_multiple(wall, interval)
-        if end - wall < interval / 3:
+        if end - wall < interval / 2:
             end += interval
         return PlannedWindow(WindowKind.SNAPSHOT, now, wall, duration_s=end - wall)
 

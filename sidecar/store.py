@@ -25,6 +25,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from sidecar import outproc
 from sidecar.errors import OutputError
 from sidecar.snapshot import Snapshot
 from sidecar.writers import fsync_dir, write_snapshot
@@ -188,29 +189,27 @@ class SnapshotStore:
             if shortfall is not None:
                 return self._skipped(shortfall, space=True, deleted=deleted)
             name = snapshot.name + ("-baseline" if kind is Kind.BASELINE else "")
+            keep = {e.name for e in self._entries} | {name}
             try:
-                path = write_snapshot(snapshot, self.dir, name=name, kind=kind.value)
+                # The folder and its trend-table row: in a forked child in the daemon, so that
+                # pandas and pyarrow never stay loaded in it (sidecar/outproc.py).
+                written, table_error = outproc.call(
+                    lambda: _write_files(snapshot, self.dir, name, kind, keep)
+                )
             except (OutputError, OSError) as exc:
                 return self._skipped(str(exc), space=_is_space_error(exc), deleted=deleted)
+            path = Path(written)
             self._added(path)
-            self._tabulate(snapshot, kind, path)
+            self._tabulated(table_error)
             return WriteOutcome(path, None, tuple(deleted))
 
-    def _tabulate(self, snapshot: Snapshot, kind: Kind, path: Path) -> None:
-        """Append the snapshot's row to the trend table; every `COMPACT_EVERY` rows, fold the
-        parts into the main file and drop the rows of folders deleted since."""
-        from sidecar.trend_table import COMPACT_EVERY, TableError, TrendTable, summary_row
-
-        table = TrendTable(self.dir)
-        try:
-            table.append(summary_row(snapshot.summary(kind.value), name=path.name))
-            if len(table.parts()) >= COMPACT_EVERY:
-                table.compact(keep={e.name for e in self._entries})
-        except (OSError, TableError) as exc:
+    def _tabulated(self, error: str | None) -> None:
+        """Say when the trend table cannot be updated (once), and when it can again."""
+        if error is not None:
             if not self._table_failing:
                 log.warning("cannot update the trend table under %s (the snapshots are written; "
                             "`vllm-sidecar trend` rebuilds its rows from them): %s",
-                            self.dir, exc)  # fmt: skip
+                            self.dir, error)  # fmt: skip
             self._table_failing = True
             return
         if self._table_failing:
@@ -455,6 +454,25 @@ def _entry(doc: dict[str, Any] | None, key: str, folder: Path) -> StoredSnapshot
     if entry is None or not entry.path.is_dir():
         raise ValueError(f"{key!r} names {name!r}, which is not a snapshot folder")
     return entry
+
+
+def _write_files(
+    snapshot: Snapshot, folder: Path, name: str, kind: Kind, keep: set[str]
+) -> tuple[str, str | None]:
+    """The snapshot's folder, then its row in the trend table (every `COMPACT_EVERY` rows the
+    parts are folded into the main file, dropping the rows of folders deleted since): the
+    folder, and why the table could not be updated (None: it was)."""
+    from sidecar.trend_table import COMPACT_EVERY, TableError, TrendTable, summary_row
+
+    path = write_snapshot(snapshot, folder, name=name, kind=kind.value)
+    table = TrendTable(folder)
+    try:
+        table.append(summary_row(snapshot.summary(kind.value), name=path.name))
+        if len(table.parts()) >= COMPACT_EVERY:
+            table.compact(keep=keep | {path.name})
+    except (OSError, TableError) as exc:
+        return str(path), str(exc)
+    return str(path), None
 
 
 def _is_space_error(exc: BaseException) -> bool:

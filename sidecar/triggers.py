@@ -221,14 +221,7 @@ def _send(conn: socket.socket, message: dict[str, Any]) -> None:
         conn.sendall((json.dumps(message) + "\n").encode())
 
 
-class TriggerError(SidecarError):
-    """`vllm-sidecar trigger` could not have a snapshot taken (exit 1)."""
-
-
-def request_snapshot(path: Path, reason: str, timeout_s: float) -> str:
-    """The client's end (`vllm-sidecar trigger`): the folder of the snapshot taken."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout_s)
+def _connect(sock: socket.socket, path: Path) -> None:
     try:
         sock.connect(str(path))
     except FileNotFoundError:
@@ -243,11 +236,21 @@ def request_snapshot(path: Path, reason: str, timeout_s: float) -> str:
             f"{path}: {exc}; is the daemon running? (a stale socket file stays "
             "after a killed daemon until it starts again)"
         ) from None
-    with sock:
+
+
+class TriggerError(SidecarError):
+    """`vllm-sidecar trigger` could not have a snapshot taken (exit 1)."""
+
+
+def request_snapshot(path: Path, reason: str, timeout_s: float) -> str:
+    """The client's end (`vllm-sidecar trigger`): the folder of the snapshot taken."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout_s)
+        _connect(sock, path)
         _send(sock, {"command": "snapshot", "reason": reason})
-        reader = sock.makefile("r")
         try:
-            lines = [json.loads(line) for line in reader]
+            with sock.makefile("r") as reader:
+                lines = [json.loads(line) for line in reader]
         except (TimeoutError, ValueError) as exc:
             why = f"no answer from the daemon within {timeout_s:g} s ({exc})"
             raise TriggerError(why) from None

@@ -23,7 +23,7 @@ import pytest
 
 from sidecar import cli as cli_module
 from sidecar.classifier import Classifier
-from sidecar.config import Config, SamplingConfig, ScheduleConfig, load_config
+from sidecar.config import Config, MetricsConfig, SamplingConfig, ScheduleConfig, load_config
 from sidecar.daemon import Daemon
 from sidecar.discovery import AmbiguousTarget, Deployment
 from sidecar.errors import AttachError, ConfigError, SamplerError
@@ -779,3 +779,36 @@ def test_a_reload_keeps_the_staging_of_an_old_upload_thread_still_busy(tmp_path:
     first, second = made
     assert first.events[0] == "start" and first.events[-1] == "stop"
     assert second.events[0] == "start, staging kept"
+
+
+# ---------------------------------------------------------------- continuous mode
+
+
+# A configured URL (GarbageSource answers it, no network): the hour's own readers scrape it.
+CONTINUOUS = Config(schedule=ScheduleConfig(interval_s=60.0, baseline_every_s=300.0),
+                    metrics=MetricsConfig(url="http://vllm:8000/metrics"),
+                    exporter_listen="off", gpu=False)  # fmt: skip
+
+
+def test_continuous_periods_end_on_the_wall_grid_and_each_baseline_is_its_hour() -> None:
+    world = World()
+    world.start(deployment(100))
+    store = FakeStore()
+    make = builders(store, metrics=lambda url, timeout: GarbageSource())
+    d, _ = make_daemon(world, CONTINUOUS, store, builders=make)
+    assert d.parts.planner is not None and d.parts.schedule.continuous
+    world.stop_at(T0 + 20 + 9 * 60 + 1)  # 1 s into the period after 1_780_000_560
+    assert d.serve() == 0
+    walls = [w.start - T0 + WALL0 for w in world.windows]
+    # The first boundary (1_780_000_020) is 20 s away: under a third of an interval, so the
+    # first period runs on to the next one; then a period per interval, back to back.
+    assert walls[:3] == [WALL0, WALL0 + 80, WALL0 + 140]
+    assert all(b - a == 60 for a, b in itertools.pairwise(walls[1:]))
+    baselines = [s for s in store.written if s.window.samples > 10]
+    # The "hour" (300 s) ending at 1_780_000_200 holds the first three periods (the sidecar
+    # attached within it: partial, and said so); the next, to 1_780_000_500, all five.
+    assert [b.window.samples for b in baselines] == [30, 50]
+    first, second = baselines
+    assert first.window.partial and "covers" in str(first.window.partial_reason)
+    assert not second.window.partial and second.window.started_at == WALL0 + 200
+    assert second.window.duration_s == 300 and second.window.segments == 5
