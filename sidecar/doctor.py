@@ -56,9 +56,64 @@ def run_checks(config: Config) -> list[Check]:
             checks.append(_metrics(config, target))
     checks += _custom(config, target)
     checks.append(_output(config))
+    checks.extend(sampler_checks(config))
     if config.upload.url is not None:
         checks.append(_upload(config))
     return checks
+
+
+def sampler_checks(config: Config) -> list[Check]:
+    """The sampler's own efficiency, from the newest snapshot a daemon wrote under output.dir
+    (one per host or deployment folder): per process the rate asked of py-spy against the rate
+    achieved, py-spy's errors and lateness, and the sidecar's CPU (py-spy's and its own)
+    against its budget."""
+    from sidecar.summary_io import read_summary
+
+    by_store: dict[Path, list[Path]] = {}
+    for summary in sorted(Path(config.output.dir).glob("*/**/2*/summary.json")):
+        if "incidents" not in summary.parts:
+            by_store.setdefault(summary.parent.parent, []).append(summary.parent)
+    out = []
+    for where, folders in sorted(by_store.items()):
+        try:  # the newest scheduled one: a triggered snapshot samples at its own fixed rate
+            read = (read_summary(f) for f in reversed(folders[-20:]))
+            s = next((x for x in read if x.cause is None), None) or read_summary(folders[-1])
+        except SidecarError as exc:
+            out.append(Check(f"sampler {where.name}", Status.WARN, str(exc)))
+            continue
+        folder = where / s.name
+        sp = s.sampling
+        wall = sp.duration_s or 1.0
+        own = sp.self_cpu_s
+        share = (sp.sampler_cpu_s + (own or 0.0)) / wall
+        mode = sp.mode or "windows"
+        budget = (config.sampling.continuous_budget if mode == "continuous"
+                  else config.sampling.cpu_budget)  # fmt: skip
+        rates = "; ".join(
+            f"{p.role.value} {p.pid}: asked {p.requested_hz:.2f}/s, got "
+            + (f"{p.achieved_hz:.2f}/s" if p.achieved_hz is not None else "none")
+            + (f", {p.errors} errors" if p.errors else "")
+            + (f", {p.behind_s:.1f} s behind" if p.behind_s >= 1 else "")
+            for p in sp.processes
+        )  # fmt: skip
+        detail = (f"{folder.name} ({mode}): the sidecar used {100 * share:.2f}% of a core "
+                  + ("(py-spy's and its own)" if own is not None else "(py-spy's alone: "
+                     "written before schema 6)")
+                  + (f", budget {100 * budget:g}%" if budget else "")
+                  + (f"; {rates}" if rates else ""))  # fmt: skip
+        slow = [p for p in sp.processes
+                if p.achieved_hz is not None and p.achieved_hz < 0.5 * p.requested_hz]  # fmt: skip
+        over = budget is not None and own is not None and share > 1.5 * budget
+        status = Status.WARN if slow or over or sp.behind_s >= 1 else Status.OK
+        fix = ""
+        if slow or sp.behind_s >= 1:
+            fix = ("py-spy got fewer samples than asked (a host short of CPU): raise the sidecar's "
+                   "CPU weight (systemd: CPUWeight=) or lower the rate")  # fmt: skip
+        elif over:
+            fix = ("the sidecar spent over its budget: the README's \"A budget that counts "
+                   "everything\" says where it goes")  # fmt: skip
+        out.append(Check(f"sampler {where.name}", status, detail, fix))
+    return out
 
 
 def _guard(checks: list[Check], name: str, fn: Callable[[], tuple[Check, _T]]) -> _T | None:

@@ -36,8 +36,9 @@ class Running:
     def __init__(self, out: Path, pid_file: Path, *extra: str, budget: str = "off") -> None:
         self.out, self.port = out, free_port()
         self.log = out.parent / f"daemon-{self.port}.log"
-        args = [SIDECAR, "run", "--pid-file", str(pid_file), "--out", str(out),
-                "--exporter-listen", f"127.0.0.1:{self.port}", "--rate", "10",
+        # The windows mode's schedule (continuous mode: test_always_on_live.py).
+        args = [SIDECAR, "run", "--mode", "windows", "--pid-file", str(pid_file),
+                "--out", str(out), "--exporter-listen", f"127.0.0.1:{self.port}", "--rate", "10",
                 "--cpu-budget", budget, *extra]  # fmt: skip
         # A session of its own, as a service runs (devtools/sidecar_proc.py says why).
         with self.log.open("wb") as log:

@@ -145,8 +145,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory, vllm_server: VllmServer) -> 
     # One 2 s window now, the next a minute later: the values stay put while the test reads them.
     daemon_args = [sys.executable, "-m", "sidecar.cli", "run", "--pid-file", str(pid_file),
                    "--out", str(tmp_path / "out"), "--exporter-listen",
-                   f"127.0.0.1:{exporter_port}", "--window", "2s", "--interval", "60s",
-                   "--rate", "10", "--cpu-budget", "2%"]  # fmt: skip
+                   f"127.0.0.1:{exporter_port}", "--mode", "windows", "--window", "2s",
+                   "--interval", "60s", "--rate", "10", "--cpu-budget", "2%"]  # fmt: skip
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
     )

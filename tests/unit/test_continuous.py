@@ -195,3 +195,28 @@ def test_a_schema_5_summary_reads_as_6_with_nothing_guessed() -> None:
     assert read.schema == 6 and read.cause is None
     assert read.sampling.mode is None and read.sampling.self_cpu_s is None
     assert read.sampling.processes == ()
+
+
+def test_doctor_reports_each_process_asked_and_got_and_the_cpu_against_the_budget(
+    tmp_path: Path,
+) -> None:
+    from sidecar.config import OutputConfig
+    from sidecar.doctor import Status, sampler_checks
+    from sidecar.pyspy import ProcessOutcome
+    from sidecar.writers import write_snapshot
+
+    stacks = parse_raw(RAW).stacks
+    pids = sorted({s.pid for s in stacks if s.pid is not None})
+    processes = tuple(proc(pid, Role.ENGINE_CORE if i == 0 else Role.OTHER)
+                      for i, pid in enumerate(pids))  # fmt: skip
+    own = (ProcessOutcome(pids[0], 2.0, 40, 3, 0.05, 8.0, 1.5),)
+    w = Window(started_at=1_780_000_000.0, duration_s=8.0, rate_hz=2.0, stacks=stacks,
+               samples=sum(s.weight for s in stacks), errors=3, sampler_cpu_s=0.05,
+               segments=1, self_cpu_s=0.03, per_process=own, mode="continuous")  # fmt: skip
+    write_snapshot(build_snapshot(w, processes, Classifier(load_rules(None))), tmp_path / "host")
+    (check,) = sampler_checks(Config(output=OutputConfig(dir=tmp_path)))
+    assert check.name == "sampler host" and "(continuous)" in check.detail
+    assert "the sidecar used 1.00% of a core (py-spy's and its own), budget 1%" in check.detail
+    assert f"engine_core {pids[0]}: asked 2.00/s, got" in check.detail
+    assert "3 errors, 1.5 s behind" in check.detail
+    assert check.status is Status.OK or "CPU weight" in check.fix
