@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv vllm-env browser prometheus lint unit integration test test-like-ci demo bench bench-trend bench-fleet bench-upload soak noise record-diff matrix validate-deploy schema dashboard clean
+.PHONY: venv vllm-env browser prometheus lint unit integration test test-like-ci demo bench bench-continuous bench-pyspy bench-trend bench-fleet bench-upload soak noise record-diff matrix validate-deploy schema dashboard clean
 
 venv: $(STAMP)
 
@@ -61,6 +61,17 @@ demo: vllm-env
 
 bench: vllm-env
 	$(BIN)/python benchmarks/overhead.py
+
+# Continuous mode at its defaults against a 20 Hz reference over the same hour (about 65 min):
+# the sidecar's CPU and RSS, each phase share's difference. MINUTES=20 for a shorter run.
+MINUTES ?= 60
+bench-continuous: vllm-env
+	$(BIN)/python benchmarks/continuous.py --minutes $(MINUTES) \
+		--json-out tests/fixtures/bench/continuous/$$(date -u +%Y-%m-%dT%H%M).json
+
+# Where py-spy's CPU goes on vLLM, option by option (about 6 min).
+bench-pyspy: vllm-env
+	$(BIN)/python benchmarks/pyspy_cost.py
 
 soak: vllm-env
 	$(BIN)/python benchmarks/soak.py

@@ -1,17 +1,19 @@
 """Does the daemon's memory stay flat over a long run? A time-compressed soak.
 
-`vllm-sidecar run` profiles one tiny real vLLM with 5 s windows back to back (the default is a
-60 s window every 5 min, so 10 minutes here are ~120 windows, about 10 hours of the default
-schedule), while load comes and goes (every workload in turn). The daemon's RSS is read every
-few seconds; printed: RSS after the first windows, at the end, the peak, and the growth per 100
-windows. Stacks are aggregated per window and the classifier's cache is bounded, so RSS should
-level off after warm-up.
+`vllm-sidecar run` in continuous mode (the default) profiles one tiny real vLLM with periods of
+10 s (5 s segments) and a baseline every 60 s: 10 minutes here write ~60 periods and 10
+baselines, what the default schedule (5 min periods, hourly baselines) writes in 5 hours, while
+load comes and goes (every workload in turn). The daemon's RSS is read every few seconds;
+printed: RSS after the first snapshots, at the end, the peak, and the growth per 100 snapshots.
+Stacks are aggregated per period, the hour's periods are kept only until its baseline is written,
+the classifier's cache is bounded, and pandas and pyarrow are imported only in the short-lived
+write children (sidecar/outproc.py), so RSS should level off after warm-up, under 80 MB.
 
-    .venv/bin/python benchmarks/soak.py [--minutes 10] [--window 5] [--interval 5]
+    .venv/bin/python benchmarks/soak.py [--minutes 10] [--interval 10] [--mode continuous]
 
-It also prints the daemon's CPU (itself plus its reaped py-spy children) over the whole run, as
-a share of one core: with windows back to back this is the cost of sampling all the time; the
-default schedule samples 60 s in every 300 s.
+It also prints the daemon's CPU (itself plus its reaped py-spy and write children) over the
+whole run, as a share of one core: compressed, it writes thirty times as often as the default,
+so this is not the default's cost (benchmarks/continuous.py measures that).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from devtools import sidecar_proc
 from devtools.loadgen import run_load
 from devtools.server import VllmServer, free_port
 
@@ -40,12 +43,13 @@ WORKLOADS = ("mixed", "prefill-heavy", "decode-heavy")
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--minutes", type=float, default=10.0)
-    parser.add_argument("--window", type=float, default=5.0)
-    parser.add_argument("--interval", type=float, default=5.0)
+    parser.add_argument("--window", type=float, default=5.0, help="windows mode only")
+    parser.add_argument("--interval", type=float, default=10.0)
+    parser.add_argument("--mode", default="continuous", choices=("continuous", "windows"))
     parser.add_argument("--every", type=float, default=5.0, help="RSS reading period, s")
     args = parser.parse_args()
     out = Path(tempfile.mkdtemp(prefix="vllm-sidecar-soak-"))
-    print(f"soak: {args.minutes:g} min, {args.window:g} s windows every {args.interval:g} s, "
+    print(f"soak: {args.minutes:g} min, {args.mode} mode, a snapshot every {args.interval:g} s, "
           f"{os.cpu_count()} cores; output {out}", flush=True)  # fmt: skip
     with VllmServer() as server:
         pid_file = out / "vllm.pid"
@@ -53,7 +57,7 @@ def main() -> int:
         stop = threading.Event()
         load = threading.Thread(target=_load, args=(server.base_url, stop), daemon=True)
         load.start()
-        daemon = _start_daemon(out, pid_file, args.window, args.interval)
+        daemon = _start_daemon(out, pid_file, args.window, args.interval, args.mode)
         try:
             readings = _watch(daemon, out, args.minutes * 60, args.every)
             cpu = _cpu_share(daemon.pid, readings[-1][0])
@@ -74,14 +78,15 @@ def _cpu_share(pid: int, elapsed: float) -> float:
 
 
 def _start_daemon(
-    out: Path, pid_file: Path, window: float, interval: float
+    out: Path, pid_file: Path, window: float, interval: float, mode: str
 ) -> subprocess.Popen[bytes]:
-    sidecar = Path(sys.executable).with_name("vllm-sidecar")
-    args = [str(sidecar), "run", "--pid-file", str(pid_file), "--out", str(out / "snapshots"),
+    args = ["run", "--mode", mode, "--pid-file", str(pid_file), "--out", str(out / "snapshots"),
             "--window", f"{window}s", "--interval", f"{interval}s", "--baseline-every", "60s",
-            "--exporter-listen", f"127.0.0.1:{free_port()}"]  # fmt: skip
+            "--exporter-listen", f"127.0.0.1:{free_port()}", "--no-gpu"]  # fmt: skip
     log = (out / "daemon.log").open("wb")
-    return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    env = sidecar_proc.env(VLLM_SIDECAR_SAMPLING_CONTINUOUS_SEGMENT_S=str(interval / 2))
+    return sidecar_proc.spawn(sidecar_proc.argv(*args), stdout=log, stderr=subprocess.STDOUT,
+                              env=env, cwd=sidecar_proc.REPO)  # fmt: skip
 
 
 def _load(url: str, stop: threading.Event) -> None:
@@ -115,16 +120,16 @@ def _count(out: Path) -> int:
 
 
 def _report(readings: list[tuple[float, int, int]], code: int) -> None:
-    warm = next((r for r in readings if r[2] >= 10), readings[0])
+    warm = next((r for r in readings if r[2] >= 10), readings[0])  # after 10 snapshots
     end, peak = readings[-1], max(r[1] for r in readings)
     windows = end[2] - warm[2]
     growth = (end[1] - warm[1]) / windows * 100 if windows else 0.0
     mib = 2**20
-    print(f"windows written: {end[2]} ({windows} after warm-up); daemon exit code {code}")
+    print(f"snapshots written: {end[2]} ({windows} after warm-up); daemon exit code {code}")
     print(
-        f"RSS after {warm[2]} windows: {warm[1] / mib:.1f} MiB; at the end: "
+        f"RSS after {warm[2]} snapshots: {warm[1] / mib:.1f} MiB; at the end: "
         f"{end[1] / mib:.1f} MiB; peak {peak / mib:.1f} MiB; "
-        f"growth {growth / 1024:.1f} KiB per 100 windows"
+        f"growth {growth / 1024:.1f} KiB per 100 snapshots"
     )
     print(json.dumps({"windows": end[2], "rss_warm_mib": warm[1] / mib, "rss_end_mib": end[1] / mib,
                       "rss_peak_mib": peak / mib, "growth_kib_per_100_windows": growth / 1024,
