@@ -222,10 +222,12 @@ class Daemon:
             return
         try:
             result = hour.finish(self.config.schedule.baseline_every_s)
-        except Exception as exc:
+        except Exception as exc:  # the periods are written: a baseline lost is no lost data
             kind = classify(exc)
             if kind is None:
-                raise
+                log.exception("the hour's baseline was not put together (its periods are "
+                              "written; `diff` and `aggregate` read them as a range)")  # fmt: skip
+                return
             self.failures.failed(Failure(kind, str(exc) or type(exc).__name__))
             return
         if result is not None:

@@ -324,9 +324,11 @@ class HourRun:
                 self._started.poller.stop()
             return None
         window = merge_windows(self.windows)
-        if window.duration_s < 0.9 * hour_s and window.partial_reason is None:
+        # Covered: the periods' wall time (py-spy's attaches and exits are inside them).
+        covered = sum(max(w.elapsed_s, w.duration_s) for w in self.windows)
+        if covered < 0.9 * hour_s and window.partial_reason is None:
             window = replace(window, partial=True, partial_reason=(
-                f"covers {window.duration_s / 60:.0f} of the hour's {hour_s / 60:.0f} min "
+                f"covers {covered / 60:.0f} of the hour's {hour_s / 60:.0f} min "
                 "(the sidecar attached, or vLLM restarted, within the hour)"))  # fmt: skip
         readers, target = self._readers, self.target
         readings = readers.finish(self._started, target, window)
