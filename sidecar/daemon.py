@@ -446,40 +446,30 @@ def keep_window(
     """Write a window's snapshot to `parts.store`, settle its failures, tell the exporter;
     the folder written, or None."""
     with WRITE_LOCK:  # the trigger and hang threads write too
-        return _write(result, planned, parts, state, failures)
-
-
-def _write(
-    result: WindowResult,
-    planned: PlannedWindow,
-    parts: Parts,
-    state: ExporterState,
-    failures: FailureTally,
-) -> str | None:
-    snapshot, store, kind = result.snapshot, parts.store, planned.kind.value
-    seen = [*result.failures, *reading_failures(snapshot)]
-    outcome = store.write(snapshot, kind)
-    if outcome.path is None:
-        seen.append(Failure(WindowFailure.WRITE, outcome.skipped_reason or "not written"))
-    failures.settle(seen, checked=WINDOW_KINDS)
-    if outcome.path is not None and parts.uploads is not None:
-        parts.uploads.wake()
-    written = str(outcome.path) if outcome.path else None
-    summary = snapshot.summary(kind)
-    sampling = parts.config.sampling
-    budget = sampling.continuous_budget if parts.planner is not None else sampling.cpu_budget
-    state.update_snapshot(summary, kind, written, findings(summary, parts.advice),
-                          cpu_budget=budget)  # fmt: skip
-    state.update_disk(store.disk_state, store.free_bytes, store.total_bytes_used,
-                      store.snapshots_written, store.writes_skipped,
-                      store.deleted_total)  # fmt: skip
-    w = snapshot.window
-    if outcome.path is not None:
-        log.info("%s written: %s (%d samples%s)", kind, outcome.path, w.samples,
-                 f"; partial: {w.partial_reason}" if w.partial else "")  # fmt: skip
-    else:  # the store warns once per change of disk state; this is the per-tick detail
-        log.debug("%s not written: %s", kind, outcome.skipped_reason)
-    return written
+        snapshot, store, kind = result.snapshot, parts.store, planned.kind.value
+        seen = [*result.failures, *reading_failures(snapshot)]
+        outcome = store.write(snapshot, kind)
+        if outcome.path is None:
+            seen.append(Failure(WindowFailure.WRITE, outcome.skipped_reason or "not written"))
+        failures.settle(seen, checked=WINDOW_KINDS)
+        if outcome.path is not None and parts.uploads is not None:
+            parts.uploads.wake()
+        written = str(outcome.path) if outcome.path else None
+        summary = snapshot.summary(kind)
+        sampling = parts.config.sampling
+        budget = sampling.continuous_budget if parts.planner is not None else sampling.cpu_budget
+        state.update_snapshot(summary, kind, written, findings(summary, parts.advice),
+                              cpu_budget=budget)  # fmt: skip
+        state.update_disk(store.disk_state, store.free_bytes, store.total_bytes_used,
+                          store.snapshots_written, store.writes_skipped,
+                          store.deleted_total)  # fmt: skip
+        w = snapshot.window
+        if outcome.path is not None:
+            log.info("%s written: %s (%d samples%s)", kind, outcome.path, w.samples,
+                     f"; partial: {w.partial_reason}" if w.partial else "")  # fmt: skip
+        else:  # the store warns once per change of disk state; this is the per-tick detail
+            log.debug("%s not written: %s", kind, outcome.skipped_reason)
+        return written
 
 
 def start_uploads(parts: Parts, state: ExporterState, clean_staging: bool = True) -> None:
