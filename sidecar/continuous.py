@@ -29,6 +29,7 @@ ROLE_WEIGHTS: Mapping[Role, float] = {
 START_HZ = 1.0  # the EngineCore's rate before any cost is measured
 MAX_HZ = 20.0  # never more, however cheap (the windows mode's reference rate)
 LEAST_SHARE = 0.05  # of a segment, for a process below 1 Hz
+AIM = 0.9  # of the budget: measured at 1.11 % of a core with 1.0 (benchmarks/continuous.py)
 
 
 @dataclass
@@ -43,7 +44,10 @@ class RolePlanner:
     clock: Callable[[], float] = time.monotonic
     self_cpu: Callable[[], float] = field(default=lambda: own_cpu())
     _plan: tuple[ProcessRate, ...] = ()
+    horizon_s: float = 300.0  # the cost is read over this long (a period)
     _last: tuple[float, float] | None = None  # (clock, own CPU) at the last update
+    # (wall, own CPU, py-spy CPU, samples asked) per update, over the horizon
+    _seen: list[tuple[float, float, float, float]] = field(default_factory=list)
 
     def plan(self, processes: tuple[ProcessInfo, ...]) -> tuple[ProcessRate, ...]:
         out = []
@@ -65,23 +69,27 @@ class RolePlanner:
 
     def update(self, outcome: RecordOutcome, own_cpu_s: float = 0.0) -> float:
         """After a segment: the rate that spends the budget, given what py-spy's samples cost
-        and what the sidecar spent besides (which no rate change saves). The sidecar's own CPU
-        and the wall time are the planner's own readings since its last update, so that what
-        happens between segments and windows (writing a snapshot, the hang watch's scrapes)
-        is counted too; `own_cpu_s` (the sampler's, within the window) is not needed."""
+        and what the sidecar spent besides (which no rate change saves). Both are read over
+        the last `horizon_s` (a period: its snapshot's write, once a period, is in it), the
+        sidecar's own CPU and the wall time by the planner itself since its last update, so
+        that what happens between segments and windows counts too (`own_cpu_s`, the
+        sampler's within the window, is not needed). It aims at `AIM` of the budget: the
+        rate follows the cost a segment late, and the margin keeps the average inside."""
         now, own = self.clock(), self.self_cpu()
         last, self._last = self._last, (now, own)
         asked = self.requested()
-        if last is None or asked <= 0 or outcome.wall_s <= 0:
+        if last is None or asked <= 0 or outcome.wall_s <= 0 or now <= last[0]:
             return self.hz
-        wall, own_s = now - last[0], max(own - last[1], 0.0)
-        if wall <= 0:
-            return self.hz
-        self.last_cost_share = (outcome.cpu_s + own_s) / wall
-        per_sample = outcome.cpu_s / (asked * outcome.wall_s)  # py-spy's CPU per sample asked
-        left = self.budget - own_s / wall  # what the samples may spend, per second
+        self._seen.append((now - last[0], max(own - last[1], 0.0), outcome.cpu_s,
+                           asked * outcome.wall_s))  # fmt: skip
+        while len(self._seen) > 1 and sum(x[0] for x in self._seen[1:]) >= self.horizon_s:
+            self._seen.pop(0)
+        wall, own_s, spy_s, samples = (sum(x[i] for x in self._seen) for i in range(4))
+        self.last_cost_share = (own_s + spy_s) / wall
+        per_sample = spy_s / samples  # py-spy's CPU per sample asked
         if per_sample <= 0:
             return self.hz
+        left = AIM * self.budget - own_s / wall  # what the samples may spend, per second
         affordable = max(left, 0.0) / per_sample  # samples per second, all processes
         wanted = self.hz * affordable / asked
         # At most 2x per segment: one noisy segment must not swing the rates.

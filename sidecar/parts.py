@@ -196,7 +196,8 @@ def build_parts(
     planner = None
     if continuous:
         planner = kept.planner if kept and kept.planner else RolePlanner(
-            s.continuous_budget, s.continuous_min_hz)  # fmt: skip
+            s.continuous_budget, s.continuous_min_hz,
+            horizon_s=config.schedule.interval_s)  # fmt: skip
     fingerprints = previous.fingerprints if previous else FingerprintCache()
     # Nothing can fail after this point: the hold changes only with the parts that apply it.
     store.set_hold(uploads.uploader.held if uploads else None)

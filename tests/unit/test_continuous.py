@@ -11,7 +11,7 @@ import pytest
 
 from sidecar.classifier import Classifier
 from sidecar.config import Config, SamplingConfig, ScheduleConfig, load_config, validate
-from sidecar.continuous import MAX_HZ, RolePlanner, is_continuous
+from sidecar.continuous import AIM, MAX_HZ, RolePlanner, is_continuous
 from sidecar.errors import ConfigError
 from sidecar.parsers import parse_raw
 from sidecar.pyspy import ProcessRate, RecordOutcome, merge_outcomes
@@ -72,14 +72,16 @@ def test_the_planner_spends_the_budget_left_after_the_sidecars_own_cpu() -> None
     # 60 s: py-spy spent 0.27 s (2 ms a sample), the sidecar 0.12 s (0.2 % of a core)
     m.t, m.cpu = 60.0, 0.12
     hz = planner.update(outcome(0.27, 60.0))
-    # left for samples: 1 % - 0.2 % = 0.8 % -> 4 samples/s at 2 ms each: 4 / 2.25 x the rate
-    assert hz == pytest.approx(4 / 2.25)
+    # it aims at 90 % of 1 %: 0.9 % - 0.2 % = 0.7 % left -> 3.5 samples/s at 2 ms each
+    assert hz == pytest.approx(3.5 / 2.25)
     assert planner.last_cost_share == pytest.approx((0.27 + 0.12) / 60)
-    planner.plan(PROCS)  # 2 + 2 + 0.44 samples/s now
+    planner.plan(PROCS)  # 2 + 2 + 0.39 samples/s now
     asked = planner.requested()
     m.t, m.cpu = 120.0, 0.24
-    per_sample = 0.54 / (asked * 60)
-    assert planner.update(outcome(0.54, 60.0)) == pytest.approx(hz * (0.008 / per_sample) / asked)
+    # over the horizon (both segments): 0.81 s of py-spy for 2.25*60 + asked*60 samples
+    per_sample = (0.27 + 0.54) / (2.25 * 60 + asked * 60)
+    expected = hz * ((AIM * 0.01 - 0.24 / 120) / per_sample) / asked
+    assert planner.update(outcome(0.54, 60.0)) == pytest.approx(expected)
 
 
 def test_the_planner_counts_what_happens_between_windows_and_keeps_its_floor() -> None:
