@@ -428,7 +428,8 @@ def _parse(f: Field[Any], raw: Any, key: str, where: str) -> Any:
 def validate(c: Config) -> None:
     """What no one setting can say alone: how settings fit together."""
     s = c.schedule
-    if s.interval_s < s.window_s:
+    # window_s is the windows mode's alone: a continuous period is the whole interval.
+    if c.sampling.mode == "windows" and s.interval_s < s.window_s:
         raise ConfigError(
             f"schedule.interval_s ({s.interval_s:g}) is shorter than window_s "
             f"({s.window_s:g}): windows would overlap; raise interval_s or lower window_s"
