@@ -195,8 +195,10 @@ class Daemon:
             self._keep(result, planned)
             if hour is not None:
                 hour.add(result.snapshot.window)
+        # The hour ends with the period that reaches its end (one that ran late, or a first
+        # period run on past it, crosses it: the baseline must not wait for an exact match).
         end_wall = planned.start_wall + (planned.duration_s or 0.0)
-        if hour is not None and parts.schedule.baseline_due(end_wall):
+        if hour is not None and end_wall >= hour.end_wall - 1.0:
             self._baseline()
         if not self._alive(target):
             partial = result.snapshot.window.partial_reason if result else None

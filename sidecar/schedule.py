@@ -79,11 +79,6 @@ class Schedule:
             end += interval
         return PlannedWindow(WindowKind.SNAPSHOT, now, wall, duration_s=end - wall)
 
-    def baseline_due(self, end_wall: float) -> bool:
-        """Continuous mode: whether a period ending at `end_wall` ends the baseline's hour."""
-        period = self.config.baseline_every_s
-        return abs(end_wall - round(end_wall / period) * period) < 1.0
-
     def started(self, planned: PlannedWindow) -> None:
         self.lateness_s = max(0.0, self._clock() - planned.start)
 

@@ -138,14 +138,22 @@ def test_continuous_periods_make_the_baseline_and_triggers_mark_their_cause(
         roles = {p["role"] for p in sampling["processes"]}
         assert roles <= {r.value for r in (Role.API_SERVER, Role.ENGINE_CORE, Role.WORKER)}
         assert Role.ENGINE_CORE.value in roles, sampling["processes"]
-    # A full baseline is its periods put together: the same samples, span and segments.
-    baselines = [s for s in summaries.values() if s["kind"] == "baseline"]
-    full = [b for b in baselines if not b["sampling"]["partial"]]
-    assert full, [b["sampling"]["partial_reason"] for b in baselines]
-    b = full[0]
-    start = _utc(b["name"])
-    inside = [s for s in periods if start - 1 <= _utc(s["name"]) < start + 29]
-    assert len(inside) == 3, [s["name"] for s in periods]
+    # A full baseline is its hour's periods put together: the same samples and segments. Its
+    # periods are those written after the previous baseline and before it (at 10 s periods a
+    # py-spy's start and end on this loaded box stretch some: their names are not on the grid).
+    written = sorted(d.folders(), key=lambda f: (f / "summary.json").stat().st_mtime)
+    hours, members = [], []
+    for f in written:
+        s = summaries[f.name]
+        if s["kind"] == "baseline":
+            hours.append((s, members))
+            members = []
+        elif not s.get("cause"):
+            members.append(s)
+    full = [(b, m) for b, m in hours if not b["sampling"]["partial"]]
+    assert full, [b["sampling"]["partial_reason"] for b, _ in hours]
+    b, inside = full[0]
+    assert len(inside) >= 2 and b["name"] == inside[0]["name"], [s["name"] for s in inside]
     assert b["sampling"]["samples"] == sum(s["sampling"]["samples"] for s in inside)
     assert b["sampling"]["segments"] == sum(s["sampling"]["segments"] for s in inside)
     metrics = d.metrics()
@@ -153,12 +161,6 @@ def test_continuous_periods_make_the_baseline_and_triggers_mark_their_cause(
         r'vllm_sidecar_triggered_snapshots_total\{cause="signal",[^}]*\} 1\.0', metrics
     )
     assert re.search(r'vllm_sidecar_sidecar_cpu_share\{[^}]*part="self"', metrics), metrics
-
-
-def _utc(name: str) -> float:
-    import calendar
-
-    return calendar.timegm(time.strptime(name[:16], "%Y%m%dT%H%M%SZ"))
 
 
 def test_a_frozen_engine_core_raises_the_stall_with_an_incident_and_sigcont_clears_it(

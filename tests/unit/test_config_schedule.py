@@ -50,8 +50,11 @@ def test_precedence_file_then_environment_then_flags(tmp_path: Path) -> None:
         ("samplng: {rate_hz: 3}", {}, "unknown setting `samplng`"),
         ("sampling: {rat_hz: 3}", {}, "sampling.rat_hz: unknown setting"),
         ("sampling: {rate_hz: fast}", {}, "sampling.rate_hz: 'fast' is not a number"),
-        ("sampling: {mode: windows}\nschedule: {window_s: 600, interval_s: 60}", {},
-         "windows would overlap"),
+        (
+            "sampling: {mode: windows}\nschedule: {window_s: 600, interval_s: 60}",
+            {},
+            "windows would overlap",
+        ),
         ("sampling: {cpu_budget: 150%}", {}, "between 0 and 1"),
         ("target: {pid: 12, pid_file: /run/vllm.pid}", {}, "not both"),
         ("[1, 2]", {}, "expected a mapping of sections"),

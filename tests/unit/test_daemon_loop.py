@@ -812,3 +812,26 @@ def test_continuous_periods_end_on_the_wall_grid_and_each_baseline_is_its_hour()
     assert first.window.partial and "covers" in str(first.window.partial_reason)
     assert not second.window.partial and second.window.started_at == WALL0 + 200
     assert second.window.duration_s == 300 and second.window.segments == 5
+
+
+def test_a_period_that_runs_past_the_hour_still_ends_it() -> None:
+    # Attached 20 s before an hour (here 300 s) ends: the first period runs on past it (20 s
+    # is under half an interval of 60 s) and must still close the hour, or the hour would
+    # take every later period and never be written.
+    world = World()
+    world.start(deployment(100))
+    store = FakeStore()
+    make = builders(store, metrics=lambda url, timeout: GarbageSource())
+    world.time.now = T0 + 180  # wall 1_780_000_180: 20 s before 1_780_000_200
+    d, _ = make_daemon(world, CONTINUOUS, store, builders=make)
+    world.stop_at(T0 + 180 + 80 + 4 * 60 + 1)
+    assert d.serve() == 0
+    written = [(s.window.started_at - WALL0, s.window.samples) for s in store.written]
+    # the first period (80 s: run on to the second multiple of 60), then at once the hour to
+    # 1_780_000_200 it crossed; then four periods and the hour to 1_780_000_500 (and the
+    # period begun before the stop came)
+    assert written == [(180, 10), (180, 10), (260, 10), (320, 10), (380, 10), (440, 10),
+                       (260, 40), (500, 10)]  # fmt: skip
+    first, second = store.written[1], store.written[-2]
+    assert "covers 1 of the hour's 5 min" in str(first.window.partial_reason)
+    assert "covers 4 of the hour's 5 min" in str(second.window.partial_reason)
