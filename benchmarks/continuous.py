@@ -76,7 +76,7 @@ def main() -> int:
     print(f"continuous bench: {periods} periods of {args.interval:g} s, {args.workload} load, "
           f"{os.cpu_count()} cores; work folder {work}", flush=True)  # fmt: skip
     with VllmServer() as server:
-        span = periods * args.interval + 3 * args.interval
+        span = (periods + 1) * args.interval + 90  # the wait for a boundary, the periods
         with background_load(server.base_url, args.workload, span, args.concurrency):
             record = _measure(server.pid, work, periods, args)
     record.update(date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
