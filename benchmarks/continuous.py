@@ -76,7 +76,7 @@ def main() -> int:
     print(f"continuous bench: {periods} periods of {args.interval:g} s, {args.workload} load, "
           f"{os.cpu_count()} cores; work folder {work}", flush=True)  # fmt: skip
     with VllmServer() as server:
-        span = (periods + 1) * args.interval + 90  # the wait for a boundary, the periods
+        span = (periods + 2) * args.interval + 60  # the wait for a boundary, the periods
         with background_load(server.base_url, args.workload, span, args.concurrency):
             record = _measure(server.pid, work, periods, args)
     record.update(date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -97,8 +97,12 @@ def _measure(pid: int, work: Path, periods: int, args: argparse.Namespace) -> di
          "--interval", f"{args.interval:g}s"],
         stdout=(work / "daemon.log").open("w"), stderr=subprocess.STDOUT)  # fmt: skip
     try:
-        first = (math.floor(time.time() / args.interval) + 1) * args.interval
-        if first - time.time() < 20:  # the daemon needs a moment to attach
+        # The daemon's first period runs to the next multiple of the interval, or on to the one
+        # after when that is under half an interval away (schedule.py); it attaches in a few
+        # seconds. The measured periods start where its first one ends.
+        started = time.time()
+        first = (math.floor((started + 15) / args.interval) + 1) * args.interval
+        if first - (started + 15) < args.interval / 2:
             first += args.interval
         _sleep_until(first)
         cpu0 = _cpu(daemon.pid)
