@@ -73,6 +73,7 @@ def main() -> int:
     args = p.parse_args()
     periods = max(1, round(args.minutes * 60 / args.interval))
     work = Path(tempfile.mkdtemp(prefix="vllm-sidecar-bench-continuous-"))
+    commit = _commit()  # what runs: read now, not after an hour of editing
     print(f"continuous bench: {periods} periods of {args.interval:g} s, {args.workload} load, "
           f"{os.cpu_count()} cores; work folder {work}", flush=True)  # fmt: skip
     with VllmServer() as server:
@@ -81,7 +82,7 @@ def main() -> int:
             record = _measure(server.pid, work, periods, args)
     record.update(date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                   machine=f"{platform.machine()}, {os.cpu_count()} cores",
-                  commit=_commit(), workload=args.workload,
+                  commit=commit, workload=args.workload,
                   concurrency=args.concurrency)  # fmt: skip
     _print(record)
     if args.json_out:
