@@ -41,6 +41,7 @@ from sidecar.triggers import (
     cause_now,
     socket_path,
 )
+from sidecar.vllm_metrics import MetricsScrape
 
 log = logging.getLogger("vllm_sidecar")
 Keep = Callable[[WindowResult, PlannedWindow, Parts], str | None]
@@ -103,7 +104,6 @@ class AlwaysOn:
         parts = self._parts()
         c = parts.config
         self._latency = LatencyTrigger(c.trigger)
-        dump = getattr(parts.runner, "dump", None)
         metrics, unread = metrics_for(target, parts.metrics, c.metrics.timeout_s)
         if not c.hang.enabled and not self._latency.enabled:
             return
@@ -111,18 +111,16 @@ class AlwaysOn:
             log.warning("hang detection and the latency trigger are off: vLLM's /metrics "
                         "cannot be read (%s); set metrics.url", unread)  # fmt: skip
             return
-        if dump is None:
+        if not hasattr(parts.runner, "dump"):
             log.warning("hang detection is off: this py-spy runner cannot dump stacks")
             return
         h = c.hang
-        timeout = h.dump_timeout_s
         self._watch = HangWatch(
-            processes=target.processes, metrics=metrics,
-            dump=lambda pid, native: dump(pid, timeout, native=native),
+            processes=target.processes, metrics=metrics, dump=self._dump(parts),
             procfs=parts.procfs, classifier=parts.classifier,
             judge=StallJudge(h.stack_after_s, h.stall_after_s), check_s=h.check_s,
             on_stall=self._on_stall, on_clear=self._on_clear, on_verdict=self._on_verdict,
-            on_scrape=self._on_scrape, clock=self.clock,
+            on_scrape=self._on_scrape, clock=self.clock, dumps=h.enabled,
         )  # fmt: skip
         self._judging = h.enabled
         self._watch.start()
@@ -183,11 +181,11 @@ class AlwaysOn:
             log.warning("%s %d progressing again: the stall is cleared", stall.role.value,
                         stall.pid)  # fmt: skip
 
-    def _on_scrape(self, scrape: object) -> None:
+    def _on_scrape(self, scrape: MetricsScrape) -> None:
         latency = self._latency
         if latency is None:
             return
-        cause = latency.check(scrape)  # type: ignore[arg-type]
+        cause = latency.check(scrape)
         if cause is not None:
             log.warning("trigger: %s", cause.detail)
             self.triggers.put(TriggerRequest(cause))

@@ -222,6 +222,7 @@ class HangWatch:
     on_scrape: Callable[[MetricsScrape], None] = lambda s: None  # the latency triggers read it
     clock: Callable[[], float] = time.monotonic
     scrape: Callable[[MetricsSource], MetricsScrape] = field(default=lambda s: watch_scrape(s))
+    dumps: bool = True  # False: the scrapes alone, for the latency trigger (hang.enabled off)
     stop: threading.Event = field(default_factory=threading.Event)
     stall: Stall | None = None
     _thread: threading.Thread | None = None
@@ -252,6 +253,8 @@ class HangWatch:
         scrape = self.scrape(self.metrics)
         self.on_scrape(scrape)
         p = progress_of(scrape)
+        if not self.dumps:  # hang detection off: the scrape was for the latency trigger
+            return Verdict(State.UNKNOWN, why="hang detection is off (hang.enabled)")
         threads = self.main_threads() if self.judge.suspect(p) else None
         stacks = tuple(t.frames for t in threads) if threads is not None else None
         verdict = self.judge.observe(p, stacks)
