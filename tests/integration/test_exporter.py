@@ -270,8 +270,10 @@ def test_before_any_update_only_known_values_appear(exporter: ExporterHandle) ->
         "vllm_sidecar_build_info",
         "vllm_sidecar_samples",
         "vllm_sidecar_sampling_errors",
+        "vllm_sidecar_triggered_snapshots",  # none yet, per cause: a known zero
     }
     assert got.value("vllm_sidecar_samples_total") == 0
+    assert got.value("vllm_sidecar_triggered_snapshots_total", cause="signal") == 0
 
 
 def test_unknown_values_are_omitted_never_nan(
