@@ -67,14 +67,14 @@ class RolePlanner:
         """Samples per second the current plan asks of py-spy, all processes together."""
         return sum(p.rate_hz * p.share for p in self._plan)
 
-    def update(self, outcome: RecordOutcome, own_cpu_s: float = 0.0) -> float:
+    def update(self, outcome: RecordOutcome) -> float:
         """After a segment: the rate that spends the budget, given what py-spy's samples cost
         and what the sidecar spent besides (which no rate change saves). Both are read over
         the last `horizon_s` (a period: its snapshot's write, once a period, is in it), the
         sidecar's own CPU and the wall time by the planner itself since its last update, so
-        that what happens between segments and windows counts too (`own_cpu_s`, the
-        sampler's within the window, is not needed). It aims at `AIM` of the budget: the
-        rate follows the cost a segment late, and the margin keeps the average inside."""
+        that what happens between segments and windows counts too. It aims at `AIM` of the
+        budget: the rate follows the cost a segment late, and the margin keeps the average
+        inside."""
         now, own = self.clock(), self.self_cpu()
         last, self._last = self._last, (now, own)
         asked = self.requested()

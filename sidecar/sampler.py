@@ -188,8 +188,9 @@ class Sampler:
     plan: Callable[[], tuple[ProcessRate, ...]] | None = None
     # The sidecar's own CPU seconds so far (all its threads): counted in the budget with py-spy's.
     self_cpu: Callable[[], float] = field(default=lambda: own_cpu())
-    # Told each segment's cost (py-spy's and the sidecar's own CPU), wall time and outcome.
-    on_segment: Callable[[RecordOutcome, float], object] | None = None
+    # Told each segment's outcome (continuous mode's planner: it reads the sidecar's own CPU
+    # itself, over its horizon, so that the time between windows counts too).
+    on_segment: Callable[[RecordOutcome], object] | None = None
 
     def window(self, duration_s: float, stop: Callable[[], bool] = lambda: False) -> Window:
         started_at, start = self.wall_clock(), self.clock()
@@ -238,7 +239,7 @@ class Sampler:
                 # The budget counts everything the sidecar costs: py-spy's CPU and its own.
                 self.controller.update(outcome.cpu_s + own, outcome.wall_s, outcome.behind_s)
             if self.on_segment is not None:
-                self.on_segment(outcome, own)
+                self.on_segment(outcome)
             reason, failed = _partial_reason(outcome, self.alive)
             if reason:
                 break
