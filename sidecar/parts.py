@@ -312,21 +312,25 @@ class HourRun:
         self._parts = parts
         self._readers, self._watch = window_readers(parts, target)
         self._started = self._readers.start(target)
-        self.windows: list[Window] = []
+        self.window: Window | None = None  # the periods so far, merged as they come
+        self.periods = 0
+        self.covered_s = 0.0  # the periods' wall time (py-spy's attaches and exits inside)
 
     def add(self, window: Window) -> None:
-        self.windows.append(window)
+        """One more period: merged at once, so an hour holds one window's stacks, not twelve
+        (`merge_windows` is associative: merging in steps gives the hour's merge)."""
+        self.window = window if self.window is None else merge_windows([self.window, window])
+        self.periods += 1
+        self.covered_s += max(window.elapsed_s, window.duration_s)
 
     def finish(self, hour_s: float) -> WindowResult | None:
         """The baseline of the periods added; None when there are none. One that covers
         less than 90 % of the hour (attached late, or the target restarted) says so."""
-        if not self.windows:
+        window, covered = self.window, self.covered_s
+        if window is None:
             if self._started.poller is not None:
                 self._started.poller.stop()
             return None
-        window = merge_windows(self.windows)
-        # Covered: the periods' wall time (py-spy's attaches and exits are inside them).
-        covered = sum(max(w.elapsed_s, w.duration_s) for w in self.windows)
         if covered < 0.9 * hour_s and window.partial_reason is None:
             window = replace(window, partial=True, partial_reason=(
                 f"covers {covered / 60:.0f} of the hour's {hour_s / 60:.0f} min "

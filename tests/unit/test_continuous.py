@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -142,6 +143,18 @@ def test_periods_put_together_keep_every_sample_and_their_order() -> None:
     assert len(hour.stacks) == len(a.stacks)  # the same stacks, counted together
     assert (hour.started_at, hour.elapsed_s, hour.segments) == (1000.0, 600.0, 10)
     assert hour.self_cpu_s == pytest.approx(0.1) and hour.mode == "continuous"
+
+
+def test_merging_period_by_period_gives_the_hours_merge() -> None:
+    """HourRun merges each period as it comes (one window's stacks held, not twelve)."""
+    other = "thread (12): MainThread;step (vllm/v1/engine/core.py:1) 4\n"
+    periods = [_window(1000.0 + 300 * i, 300.0 - i, RAW if i % 2 else other) for i in range(4)]
+    step = periods[0]
+    for w in periods[1:]:
+        step = merge_windows([step, w])
+    whole = merge_windows(periods)
+    assert {s: s.weight for s in step.stacks} == {s: s.weight for s in whole.stacks}
+    assert replace(step, stacks=()) == replace(whole, stacks=())
 
 
 def test_each_process_gets_its_achieved_rate_from_its_main_thread() -> None:
