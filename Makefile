@@ -32,7 +32,7 @@ integration: vllm-env
 	$(BIN)/pytest tests/integration -q -m integration
 
 test: vllm-env lint browser prometheus
-	$(BIN)/pytest tests -q -rsfE
+	$(BIN)/pytest tests -q -rsfE --durations=25
 
 # The tests as CI's runner starts them: in a session whose scheduling group (autogroup) is niced.
 # There, what vLLM and the load generator (sessions of their own) leave to the runner's session
