@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from sidecar.discovery import Deployment
 from sidecar.errors import SidecarError
@@ -71,13 +72,25 @@ class AlwaysOn:
 
     # ------------------------------------------------------------------ life
 
-    def start(self) -> None:
-        """The control socket and the trigger thread (a process: `run`, not `serve` in tests)."""
+    @property
+    def running(self) -> bool:
+        """`start` was called: the daemon runs as a process (its threads are on)."""
+        return self._running
+
+    @property
+    def target(self) -> Deployment | None:
+        """The deployment watched now (None: none attached)."""
+        return self._target
+
+    def start(self, control: bool = True) -> None:
+        """The trigger thread, and the control socket unless `control` is off (a fleet's
+        deployment: the daemon's socket serves them all). A process: `run`, not `serve`."""
         self._running = True
-        config = self._parts().config
-        path = socket_path(config.trigger.socket, Path(config.output.dir))
-        self._socket = ControlSocket(path, self.triggers, config.trigger.window_s + 120)
-        self._socket.start()
+        if control:
+            config = self._parts().config
+            path = socket_path(config.trigger.socket, Path(config.output.dir))
+            self._socket = ControlSocket(path, self.triggers, config.trigger.window_s + 120)
+            self._socket.start()
         self.start_triggers()
 
     def start_triggers(self) -> None:
@@ -225,3 +238,46 @@ class AlwaysOn:
         path = self._keep(replace(result, snapshot=snapshot), planned, parts)
         self.state.count_triggered(cause.kind)
         return (path, None) if path else (None, "not written (the disk is low: see the log)")
+
+
+class FleetAlwaysOn(AlwaysOn):
+    """A fleet daemon's (`targets:`): SIGUSR1 and the control socket take a snapshot of every
+    deployment up, all at once (one thread each: the moment is what an operator asks for),
+    and answer with every folder. Each deployment has an `AlwaysOn` of its own (`members`)
+    that watches it for stalls and fires its latency triggers."""
+
+    def __init__(self, members: Callable[[], Mapping[str, AlwaysOn]], *args: Any) -> None:
+        super().__init__(*args)
+        self._members = members
+
+    def take(self, cause: Cause) -> tuple[str | None, str | None]:
+        up = {name: a for name, a in sorted(self._members().items()) if a.target is not None}
+        if not up:
+            return None, "no vLLM server of targets: is up now"
+        taken: dict[str, tuple[str | None, str | None]] = {}
+
+        def one(name: str, member: AlwaysOn) -> None:
+            try:
+                taken[name] = member.take(cause)
+            except Exception as exc:  # a bug costs this deployment's snapshot, not the others'
+                log.exception("deployment %s: triggered snapshot failed", name)
+                taken[name] = (None, f"{type(exc).__name__}: {exc}")
+
+        threads = [threading.Thread(target=one, args=(name, member), name=f"trigger-{name}")
+                   for name, member in up.items()]  # fmt: skip
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        paths = [path for path, _ in taken.values() if path]
+        errors = [f"{name}: {error}" for name, (path, error) in taken.items() if not path]
+        for line in errors:
+            log.warning("triggered snapshot not taken for deployment %s", line)
+        if not paths:
+            return None, "; ".join(errors)
+        return "\n".join(paths), None
+
+    def close(self) -> None:
+        super().close()
+        for member in self._members().values():
+            member.close()

@@ -22,7 +22,14 @@ adapted to its own cost, which grows with its process count). The sampler's CPU 
 time is then at most the budget, whatever the number of servers. A deadline that falls inside
 another deployment's window waits for it (its lateness, in the exporter); one that passes
 entirely is a missed window: with N servers, `N x window_s` above `interval_s` misses windows,
-and `windows_missed` says so.
+and `windows_missed` says so. (So a fleet keeps the windows mode: continuous sampling would run
+a py-spy per server at all times.)
+
+Each deployment is watched for stalls and fires its latency and queue triggers as a single
+daemon's target is (always_on.py, hang.py: a thread per deployment scraping its /metrics every
+`hang.check_s`, dumps only while suspect), with its own `engine_state` and `stalled_seconds`
+series and incidents under its own folder. SIGUSR1 and `vllm-sidecar trigger` take a snapshot
+of every deployment up, at once, and answer with every folder.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from sidecar.always_on import AlwaysOn, FleetAlwaysOn
 from sidecar.config import Config, check_fleet_target
 from sidecar.daemon import TICK_S, Daemon, Wake, keep_window, start_uploads
 from sidecar.discovery import Deployment, DeploymentId, deployment_id, find_all
@@ -72,6 +80,7 @@ class Member:
     forgotten: bool = False  # down past target.forget_after_s: not in the exporter
     down_reason: str = ""
     lost: Deployment | None = None  # the run last lost, until another is found
+    always: AlwaysOn | None = None  # its hang watch and latency triggers (daemon.py's)
 
 
 class MultiTargetDaemon(Daemon):
@@ -105,6 +114,12 @@ class MultiTargetDaemon(Daemon):
         self._by_root: dict[tuple[int, int], str] = {}  # a running server's root -> its member
         self._next_scan = self.clock()
         self._current: Member | None = None
+        # SIGUSR1 and the control socket: a snapshot of every deployment up, at once.
+        self.always = FleetAlwaysOn(
+            lambda: {n: m.always for n, m in self.members.items() if m.always is not None},
+            lambda: self.parts, self.state, self.failures, self._keep_in, self.clock,
+            self.wall, self.signals.stop,
+        )  # fmt: skip
 
     def exported(self) -> ExporterState | ExporterGroup:
         return self.group
@@ -213,6 +228,14 @@ class MultiTargetDaemon(Daemon):
             log.error("cannot profile deployment %s: %s", ident.name, exc)  # the others go on
             return None
         m = Member(ident, spec, parts, state, FailureTally(state.update_failures))
+
+        def keep(result: WindowResult, planned: PlannedWindow, parts: Parts) -> str | None:
+            return keep_window(result, planned, parts, m.state, m.failures)
+
+        m.always = AlwaysOn(lambda: m.parts, state, m.failures, keep, self.clock, self.wall,
+                            self.signals.stop)  # fmt: skip
+        if self.always.running:  # the daemon runs as a process: its threads, no socket
+            m.always.start(control=False)
         parts.store.cleanup_temp()
         start_uploads(parts, state)
         self.members[ident.name] = m
@@ -249,6 +272,8 @@ class MultiTargetDaemon(Daemon):
         m.state.update_target(True, m.restarts, None)
         roles = ", ".join(f"{p.pid} {p.role.value}" for p in target.processes)
         log.info("deployment %s: attached to vLLM %d: %s", m.id.name, target.root.pid, roles)
+        if m.always is not None:
+            m.always.attached(target)
 
     def _check_alive(self) -> None:
         for m in self.members.values():
@@ -277,6 +302,8 @@ class MultiTargetDaemon(Daemon):
 
     def _down(self, m: Member, reason: str) -> None:
         assert m.target is not None
+        if m.always is not None:
+            m.always.lost()
         self._by_root.pop(m.target.root.key, None)
         m.lost, m.target, m.planned = m.target, None, None
         m.down_since, m.down_clock, m.down_reason = self.wall(), self.clock(), reason

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
+from sidecar.always_on import AlwaysOn, FleetAlwaysOn
 from sidecar.classifier import Classifier
 from sidecar.config import Config, load_config
 from sidecar.discovery import Deployment, deployment_id, find_all
@@ -26,6 +29,7 @@ from sidecar.multi_target import RESCAN_S, MultiTargetDaemon
 from sidecar.parts import WindowResult
 from sidecar.procfs import ProcFs
 from sidecar.records import ProcessInfo, Role
+from sidecar.records.summary import Cause
 from sidecar.sampler import Window
 from sidecar.snapshot import build_snapshot
 from sidecar.target_spec import TargetSpec, parse_targets
@@ -839,3 +843,83 @@ def test_a_bug_in_a_window_is_not_counted_but_raised() -> None:
     d = fleet(host, make_collector=Raising(host, "m@8000", KeyError("a bug")))
     with pytest.raises(KeyError):
         d.serve()
+
+
+# ---------------------------------------------------------------- always on, per deployment
+
+
+def test_each_deployment_is_watched_while_it_is_up() -> None:
+    host = Host()
+    one, two = server(100, 8000), server(200, 8001)
+    host.start(one)
+    host.start(two)
+    host.at(T0 + 75, lambda: host.stop(two))
+    d = fleet(host)
+    seen: dict[str, object] = {}
+    host.at(T0 + 30, lambda: seen.update(
+        {f"{n} up": m.always.target for n, m in d.members.items() if m.always}))  # fmt: skip
+    host.stop_at(T0 + 2 * INTERVAL)
+    d.serve()
+    assert seen == {"m@8000 up": one, "m@8001 up": two}
+    watched = {n: m.always.target for n, m in d.members.items() if m.always}
+    assert watched == {"m@8000": one, "m@8001": None}  # the stopped one: no watch
+    # Not run as a process (`serve`, not `run`): no threads were started for them.
+    assert not any(m.always.running for m in d.members.values() if m.always)
+
+
+@dataclass
+class StubMember:
+    """A deployment's AlwaysOn as FleetAlwaysOn sees it: its target and its `take`."""
+
+    target: object
+    answer: tuple[str | None, str | None] | Exception
+    closed: bool = False
+    took: float | None = None
+
+    def take(self, cause: Cause) -> tuple[str | None, str | None]:
+        self.took = time.monotonic()
+        time.sleep(0.2)  # a snapshot takes a while: all deployments' run at once
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def fleet_trigger(members: dict[str, StubMember]) -> FleetAlwaysOn:
+    stop = threading.Event()
+    return FleetAlwaysOn(lambda: cast(dict[str, AlwaysOn], members), lambda: None, None, None,
+                         None, time.monotonic, time.time, stop)  # fmt: skip
+
+
+def test_a_fleet_trigger_takes_every_deployment_up_at_once_and_answers_every_folder() -> None:
+    members = {
+        "m@8001": StubMember(object(), ("/out/h/m@8001/20261202T120000Z", None)),
+        "m@8000": StubMember(object(), ("/out/h/m@8000/20261202T120000Z", None)),
+        "m@8002": StubMember(None, ("/never", None)),  # down: not asked
+        "m@8003": StubMember(object(), (None, "not sampled: py-spy could not attach")),
+        "m@8004": StubMember(object(), RuntimeError("a bug")),
+    }
+    always = fleet_trigger(members)
+    cause = Cause("signal", "SIGUSR1", "2026-12-02T12:00:00Z")
+    path, error = always.take(cause)
+    assert error is None and path is not None
+    # Every folder taken, one a line, in the deployments' order; the failed ones are logged.
+    assert path.splitlines() == ["/out/h/m@8000/20261202T120000Z",
+                                 "/out/h/m@8001/20261202T120000Z"]  # fmt: skip
+    assert members["m@8002"].took is None
+    took = [m.took for m in members.values() if m.took is not None]
+    assert max(took) - min(took) < 0.2  # at once, not one after another
+    always.close()
+    assert all(m.closed for m in members.values())
+
+
+def test_a_fleet_trigger_says_why_when_no_deployment_gave_a_snapshot() -> None:
+    assert fleet_trigger({}).take(Cause("socket", "x", "2026-12-02T12:00:00Z")) == (
+        None, "no vLLM server of targets: is up now")  # fmt: skip
+    failed = {"m@8000": StubMember(object(), (None, "not sampled: gone")),
+              "m@8001": StubMember(object(), RuntimeError("a bug"))}  # fmt: skip
+    path, error = fleet_trigger(failed).take(Cause("socket", "x", "2026-12-02T12:00:00Z"))
+    assert path is None
+    assert error == "m@8000: not sampled: gone; m@8001: RuntimeError: a bug"
