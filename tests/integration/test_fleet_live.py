@@ -38,8 +38,8 @@ class Fleet:
     def __init__(self, tmp: Path) -> None:
         self.out, self.port = tmp / "out", free_port()
         self.log = tmp / "daemon.log"
-        config = tmp / "fleet.yaml"
-        config.write_text("targets:\n  - discover: true\n")
+        self.config = config = tmp / "fleet.yaml"
+        config.write_text("targets:\n  - discover: true\ntrigger:\n  window_s: 3s\n")
         args = [SIDECAR, "run", "--config", str(config), "--out", str(self.out),
                 "--exporter-listen", f"127.0.0.1:{self.port}", "--rate", "10",
                 "--cpu-budget", "off", "--window", "2s", "--interval", "10s"]  # fmt: skip
@@ -108,6 +108,12 @@ def test_one_daemon_follows_two_servers_then_a_third(
         fleet.wait_for(a, 2)
         fleet.wait_for(b, 2)
         both = fleet.metrics()
+        # `vllm-sidecar trigger`: a snapshot of every deployment up, each folder a line.
+        asked = subprocess.run([SIDECAR, "trigger", "--config", str(fleet.config), "--out",
+                                str(fleet.out), "--reason", "fleet test"], capture_output=True,
+                               text=True, timeout=180)  # fmt: skip
+        assert asked.returncode == 0, asked.stderr + fleet.log.read_text()[-3000:]
+        triggered = [Path(line) for line in asked.stdout.splitlines()]
     b_stopped = len(fleet.snapshots(b))
     a_before = len(fleet.snapshots(a))
     with VllmServer(log_path=tmp_path / "c.log") as c:
@@ -129,6 +135,16 @@ def test_one_daemon_follows_two_servers_then_a_third(
             assert summary["deployment"] == name
             assert summary["target"]["root_pid"] == server.pid
         assert fleet.index(server)["deployment"] == name
+    # The trigger: one folder per deployment, each of its own server and marked with its cause.
+    assert sorted(p.parent.name for p in triggered) == sorted((ta, tb)), asked.stdout
+    for folder in triggered:
+        summary = json.loads((folder / "summary.json").read_text())
+        assert summary["cause"]["kind"] == "socket" and summary["cause"]["detail"] == "fleet test"
+    # Each deployment is watched for stalls: its engine state, labelled with its deployment.
+    for name in (ta, tb):
+        states = re.findall(rf'engine_state\{{[^}}]*deployment="{re.escape(name)}"[^}}]*'
+                            r'state="(\w+)"[^}]*\}} 1', both)  # fmt: skip
+        assert states and states[0] in {"idle", "ok"}, both
     # The stopped one: down, one gap, nothing written after it went; the others: no gap.
     assert len(fleet.snapshots(b)) == b_stopped
     assert len(fleet.index(b)["gaps"]) == 1  # type: ignore[arg-type]
