@@ -21,6 +21,7 @@ import os
 import random
 import secrets
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -227,6 +228,21 @@ class BackgroundLoad:
         self.result: LoadResult | None = None
         self.error: BaseException | None = None
         self.done = threading.Event()
+        self.proc: subprocess.Popen[bytes] | None = None  # the load generator, once started
+        self.stopped = False  # ended early (`stop_on_exit`): no result to read
+
+    def started(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        if self.stopped:  # the block ended before the generator started
+            self.stop()
+
+    def stop(self) -> None:
+        """End the load generator now (its session: it and nothing else)."""
+        self.stopped = True
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
 
 
 @contextlib.contextmanager
@@ -236,10 +252,13 @@ def background_load(
     duration_s: float = 10.0,
     concurrency: int = 8,
     seed: int = 0,
+    stop_on_exit: bool = False,
 ) -> Iterator[BackgroundLoad]:
     """The load generator as a process of its own (`run_load_process`) while the body profiles
     the server; a thread here only waits for its result. On exit the thread is joined (the load
-    is bounded by `duration_s`), so no client outlives the block.
+    is bounded by `duration_s`), so no client outlives the block. `stop_on_exit`: the load
+    ends with the block (a body that needs load while it runs, not the load's result: its
+    `duration_s` is then only an upper bound).
 
     Not `run_load` in a thread of the caller: the caller (a test, a sidecar under test) may sit
     in a starved scheduling group, as CI's runner session is (devtools/sidecar_proc.py), and its
@@ -249,9 +268,11 @@ def background_load(
 
     def target() -> None:
         try:
-            handle.result = run_load_process(base_url, workload, duration_s, concurrency, seed)
+            handle.result = run_load_process(base_url, workload, duration_s, concurrency, seed,
+                                             started=handle.started)  # fmt: skip
         except BaseException as error:  # handed to the caller, not lost in the thread
-            handle.error = error
+            if not handle.stopped:
+                handle.error = error
         finally:
             handle.done.set()
 
@@ -260,11 +281,18 @@ def background_load(
     try:
         yield handle
     finally:
+        if stop_on_exit:
+            handle.stop()
         thread.join(duration_s + _REQUEST_TIMEOUT_S + 10)
 
 
 def run_load_process(
-    base_url: str, workload: str, duration_s: float, concurrency: int = 8, seed: int = 0
+    base_url: str,
+    workload: str,
+    duration_s: float,
+    concurrency: int = 8,
+    seed: int = 0,
+    started: Callable[[subprocess.Popen[bytes]], object] = lambda proc: None,
 ) -> LoadResult:
     """`run_load` in a process of its own, in a session of its own, as real clients are: a load
     generator inside the profiler's process would compete with it for CPU (on a kernel with
@@ -276,6 +304,7 @@ def run_load_process(
     paths = [str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
     with subprocess.Popen(argv, stdout=subprocess.PIPE, env=env, start_new_session=True) as proc:
+        started(proc)
         try:
             out, _ = proc.communicate(timeout=duration_s + _REQUEST_TIMEOUT_S + 30)
         except subprocess.TimeoutExpired:

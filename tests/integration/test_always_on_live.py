@@ -115,31 +115,35 @@ def test_continuous_periods_and_snapshots_on_a_trigger_marked_with_their_cause(
 ) -> None:
     # Periods of 15 s (segments of 5 s): compressed, the same code paths. How periods make the
     # hour's baseline is tests/unit/test_daemon_loop.py's (and the bench's: README).
-    with background_load(vllm_server.base_url, "mixed", 90.0, 4):
+    with background_load(vllm_server.base_url, "mixed", 90.0, 4, stop_on_exit=True):
         # Triggered snapshots of 3 s (20 s by default): the trigger thread takes them in turn.
         d = daemon(HANG + "trigger:\n  window_s: 3s\n", "--interval", "15s", "--baseline-every", "1h",
                    VLLM_SIDECAR_SAMPLING_CONTINUOUS_SEGMENT_S="5")  # fmt: skip
-        d.until(lambda: len(d.summaries()) >= 2, 60)
+        # Two periods: the first runs on to a multiple of 15 s (up to 22.5 s), and each write
+        # (a forked child importing pyarrow) took 6 to 14 s on 2 loaded cores, so up to a minute.
+        d.until(lambda: len(d.summaries()) >= 2, 150)
         d.proc.send_signal(signal.SIGUSR1)
         path = subprocess.run(
             sidecar_proc.argv("trigger", "--out", str(d.out), "--reason", "the test asked"),
             capture_output=True, text=True, timeout=200, env=sidecar_proc.env(),
             cwd=sidecar_proc.REPO)  # fmt: skip
-        assert path.returncode == 0, path.stderr
+        assert path.returncode == 0, path.stderr + d.log.read_text()[-3000:]
         d.until(lambda: sum(s.get("cause") is not None for s in d.summaries()) >= 2, 60)
     summaries = {f.name: json.loads((f / "summary.json").read_text()) for f in d.folders()}
     causes = {s["cause"]["kind"]: s for s in summaries.values() if s.get("cause")}
+    tail = d.log.read_text()[-3000:]  # what a failure below needs
+    assert {"signal", "socket"} <= set(causes), tail
     assert causes["signal"]["cause"]["detail"] == "SIGUSR1"
     assert causes["socket"]["cause"]["detail"] == "the test asked"
     assert summaries[Path(path.stdout.strip()).name]["cause"]["kind"] == "socket"
     periods = [s for s in summaries.values() if s["kind"] == "snapshot" and not s.get("cause")]
-    assert len(periods) >= 2
+    assert len(periods) >= 2, tail
     for s in periods:
         sampling = s["sampling"]
         assert sampling["mode"] == "continuous" and sampling["self_cpu_s"] is not None
         roles = {p["role"] for p in sampling["processes"]}
         assert roles <= {r.value for r in (Role.API_SERVER, Role.ENGINE_CORE, Role.WORKER)}
-        assert Role.ENGINE_CORE.value in roles, sampling["processes"]
+        assert Role.ENGINE_CORE.value in roles, (sampling["processes"], tail)
     metrics = d.metrics()
     assert re.search(
         r'vllm_sidecar_triggered_snapshots_total\{cause="signal",[^}]*\} 1\.0', metrics
@@ -153,7 +157,7 @@ def test_a_frozen_engine_core_raises_the_stall_with_an_incident_and_sigcont_clea
     background_load: Callable[..., AbstractContextManager[BackgroundLoad]],
 ) -> None:
     core = engine_core(vllm_server)
-    with background_load(vllm_server.base_url, "mixed", 70.0, 8):
+    with background_load(vllm_server.base_url, "mixed", 70.0, 8, stop_on_exit=True):
         d = daemon(HANG)
         d.until(lambda: d.gauge("engine_state", state="ok") == 1.0, 30)
         os.kill(core, signal.SIGSTOP)
