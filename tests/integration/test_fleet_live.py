@@ -47,8 +47,12 @@ class Fleet:
         with self.log.open("wb") as log:
             self.proc = sidecar_proc.spawn(args, stdout=log, stderr=subprocess.STDOUT)
 
+    @staticmethod
+    def deployment(server: VllmServer) -> str:
+        return f"tiny@{server.port}"
+
     def folder(self, server: VllmServer) -> Path:
-        return self.out / socket.gethostname() / f"tiny@{server.port}"
+        return self.out / socket.gethostname() / self.deployment(server)
 
     def snapshots(self, server: VllmServer) -> list[Path]:
         folder = self.folder(server)
@@ -65,6 +69,16 @@ class Fleet:
             time.sleep(0.5)
         raise AssertionError(f"{len(self.snapshots(server))} snapshots of {server.port} after "
                              f"{timeout_s} s:\n" + self.log.read_text()[-3000:])  # fmt: skip
+
+    def wait_down(self, server: VllmServer, timeout_s: float = 60) -> None:
+        """Until the daemon has seen `server` go (its `target_up` 0)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if gauge(self.metrics(), "target_up", self.deployment(server)) == [0.0]:
+                return
+            time.sleep(0.5)
+        raise AssertionError(f"{server.port} not seen down after {timeout_s} s:\n"
+                             + self.log.read_text()[-3000:])  # fmt: skip
 
     def index(self, server: VllmServer) -> dict[str, object]:
         return json.loads((self.folder(server) / "index.json").read_text())  # type: ignore[no-any-return]
@@ -115,10 +129,7 @@ def test_one_daemon_follows_two_servers_then_a_third(
         assert asked.returncode == 0, asked.stderr + fleet.log.read_text()[-3000:]
         triggered = [Path(line) for line in asked.stdout.splitlines()]
     # A window of b's running when it stopped is kept (partial): count once the daemon saw it go.
-    tb = f"tiny@{b.port}"
-    deadline = time.monotonic() + 60
-    while gauge(fleet.metrics(), "target_up", tb) != [0.0] and time.monotonic() < deadline:
-        time.sleep(0.5)
+    fleet.wait_down(b)
     b_stopped = len(fleet.snapshots(b))
     a_before = len(fleet.snapshots(a))
     with VllmServer(log_path=tmp_path / "c.log") as c:
@@ -129,7 +140,7 @@ def test_one_daemon_follows_two_servers_then_a_third(
         a_seen_after = len(fleet.snapshots(a))
         assert fleet.stop() == 0
     log = fleet.log.read_text()
-    ta, tb, tc = (f"tiny@{s.port}" for s in (a, b, c))
+    ta, tb, tc = (fleet.deployment(s) for s in (a, b, c))
     # Each server its own folder, every snapshot of it complete and of its own server.
     for server, name in ((a, ta), (b, tb), (c, tc)):
         found = fleet.snapshots(server)
