@@ -51,12 +51,12 @@ from devtools.loadgen import background_load
 from devtools.server import VllmServer
 from sidecar.aggregate import label_stacks, summarize
 from sidecar.classifier import Classifier
-from sidecar.config import TargetConfig
 from sidecar.discovery import configured_target
 from sidecar.parsers import parse_raw
 from sidecar.procfs import ProcFs
 from sidecar.records import Role
 from sidecar.rules import load_rules
+from sidecar.settings import TargetConfig
 from sidecar.summary_io import read_summary
 
 TICKS = os.sysconf("SC_CLK_TCK")

@@ -28,8 +28,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sidecar.config import UploadConfig
 from sidecar.objectstore import open_object_store
+from sidecar.settings import UploadConfig
 from sidecar.store import SnapshotStore
 from sidecar.summary_io import read_summary
 from sidecar.trend_table import TrendTable, summary_row

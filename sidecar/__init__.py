@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from sidecar.version import CHECKOUT_VERSION
+
 if TYPE_CHECKING:
     from sidecar.api import Profiler, Snapshot, load, snapshots
 
-__version__ = "0.1.0"
+__version__ = CHECKOUT_VERSION
 __all__ = ["Profiler", "Snapshot", "__version__", "load", "snapshots"]
 _API = ("Profiler", "Snapshot", "load", "snapshots")
 

@@ -36,9 +36,9 @@ from sidecar.errors import ConfigError, InputError, OutputError
 
 if TYPE_CHECKING:
     from sidecar.advice import Finding
-    from sidecar.config import Config
     from sidecar.frames import DataFrame
     from sidecar.records.summary import SnapshotSummary
+    from sidecar.settings import Config
 
 log = logging.getLogger("vllm_sidecar")
 
@@ -97,7 +97,7 @@ class Profiler:
         """Sample the server for `seconds` (30, "30s", "2m") and write the snapshot; `progress`
         hears the line the CLI prints when py-spy has attached and the window begins."""
         from sidecar.commands import take_snapshot
-        from sidecar.config import SnapshotOptions
+        from sidecar.settings import SnapshotOptions
 
         duration = _seconds(seconds)
         temporary = self.out is None
@@ -241,7 +241,9 @@ def snapshots(
 def _config(given: dict[str, Any], path: PathLike | None) -> Config:
     """The arguments given (not None) on top of `config` and the environment, as `snapshot`
     builds its config from its flags."""
-    from sidecar.config import SNAPSHOT_DEFAULTS, load_config
+    from sidecar.config import load_config
+    from sidecar.doctor import check_rule_files
+    from sidecar.settings import SNAPSHOT_DEFAULTS
 
     if given["pid"] is not None and given["discover"]:
         raise ConfigError("give Profiler(pid=PID) or Profiler(discover=True), not both")
@@ -250,6 +252,7 @@ def _config(given: dict[str, Any], path: PathLike | None) -> Config:
         flags.setdefault("target.discover", False)  # a named target over the file's discovery
     config = load_config(Path(path) if path is not None else None, flags=flags,
                          defaults=SNAPSHOT_DEFAULTS, origin=_origin)  # fmt: skip
+    check_rule_files(config)
     t = config.target
     if t.pid is None and t.pid_file is None and not t.discover:
         raise ConfigError(

@@ -18,20 +18,13 @@ from click.core import ParameterSource
 from sidecar import units
 from sidecar.aggregate import label_stacks
 from sidecar.classifier import STEP_PHASES, Classifier
-from sidecar.config import (
-    FLAGS,
-    SNAPSHOT_DEFAULTS,
-    Config,
-    SnapshotOptions,
-    check_fleet_target,
-    load_config,
-    snapshot_options,
-    unit_of,
-)
+from sidecar.config import FLAGS, check_fleet_target, load_config, snapshot_options, unit_of
+from sidecar.doctor import check_rule_files
 from sidecar.errors import ConfigError, SidecarError, exit_code
 from sidecar.parsers import parse_file
 from sidecar.render import phase_table, table
 from sidecar.rules import load_rules
+from sidecar.settings import SNAPSHOT_DEFAULTS, Config, SnapshotOptions
 from sidecar.units import Unit
 
 if TYPE_CHECKING:
@@ -150,7 +143,9 @@ def _settings(
     if flags.get("target.pid") is not None or flags.get("target.pid_file") is not None:
         flags.setdefault("target.discover", False)  # a named target over the file's discovery
     path = ctx.params.get("config_path")
-    return load_config(path, flags=flags, defaults=defaults), path, flags
+    config = load_config(path, flags=flags, defaults=defaults)
+    check_rule_files(config)
+    return config, path, flags
 
 
 # ---------------------------------------------------------------------------------- classify

@@ -28,7 +28,7 @@ from sidecar.vllm_metrics.custom import custom_reader
 from sidecar.writers import write_snapshot
 
 if TYPE_CHECKING:
-    from sidecar.config import Config, SnapshotOptions
+    from sidecar.settings import Config, SnapshotOptions
 
 log = logging.getLogger("vllm_sidecar")
 

@@ -16,9 +16,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from sidecar import outproc
-from sidecar.config import Config
 from sidecar.pyspy import ProcessRate, RecordOutcome
 from sidecar.records import ProcessInfo, Role
+from sidecar.settings import Config
 
 # Rates relative to the EngineCore's: rules as data. `other` (a launcher, a helper) is not sampled.
 ROLE_WEIGHTS: Mapping[Role, float] = {

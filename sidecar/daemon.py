@@ -29,8 +29,9 @@ from typing import Any
 from sidecar import outproc
 from sidecar.advice import findings
 from sidecar.always_on import AlwaysOn
-from sidecar.config import Config, load_config
+from sidecar.config import load_config
 from sidecar.discovery import AmbiguousTarget, Deployment, configured_target
+from sidecar.doctor import check_rule_files
 from sidecar.errors import AttachError, SamplerError, SidecarError
 from sidecar.exporter import ExporterGroup, ExporterState, start_exporter
 from sidecar.failures import (
@@ -53,6 +54,7 @@ from sidecar.parts import (
     real_collector,
 )
 from sidecar.schedule import PlannedWindow, WindowKind
+from sidecar.settings import Config
 
 log = logging.getLogger("vllm_sidecar")
 BACKOFF_MAX_S = 30.0
@@ -384,6 +386,7 @@ class Daemon:
         old = self.parts
         try:
             config = load_config(self._config_path, self._environ, self._flags)
+            check_rule_files(config)
             self._check_reload(config)
             new = build_parts(config, self._builders, self.clock, self.wall, previous=old)
         except SidecarError as exc:

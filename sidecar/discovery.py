@@ -25,7 +25,7 @@ from sidecar.records import ProcessInfo, Role
 from sidecar.serveflags import deployment_name
 
 if TYPE_CHECKING:
-    from sidecar.config import TargetConfig
+    from sidecar.settings import TargetConfig
     from sidecar.target_spec import TargetSpec
 
 # The part before `::` is VLLM_PROCESS_NAME_PREFIX (default "VLLM"), which operators may change,

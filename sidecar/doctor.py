@@ -11,17 +11,35 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TypeVar
 
-from sidecar.config import Config
+from sidecar.advice_rules import load_advice
 from sidecar.discovery import Deployment, configured_target, deployment_id, find_all
-from sidecar.errors import SidecarError
+from sidecar.errors import ConfigError, SidecarError
 from sidecar.pipeline import metrics_source_for, open_gpu_reader
 from sidecar.procfs import ProcFs
 from sidecar.pyspy import PTRACE_HELP, SubprocessPySpy, explain_failure
+from sidecar.rules import load_rules
+from sidecar.settings import Config
 from sidecar.vllm_metrics import HttpMetricsSource, MetricsScrape, take_scrape
 from sidecar.vllm_metrics.custom import probe
 
 CAP_SYS_PTRACE = 19
 _T = TypeVar("_T")
+
+
+def check_rule_files(config: Config) -> None:
+    """The rules and advice files `config` names, loaded once at start and on reload, so that a
+    broken one fails there (exit 2) rather than in a window; the error names the setting and
+    where it was given. The built-in files are tested with the package, not re-read."""
+    if config.rules is not None:
+        try:
+            load_rules(config.rules)
+        except ConfigError as exc:
+            raise ConfigError(f"rules: {exc} ({config.origin('rules')})") from None
+    if config.advice is not None:
+        try:
+            load_advice(config.advice)
+        except ConfigError as exc:
+            raise ConfigError(f"advice: {exc} ({config.origin('advice')})") from None
 
 
 class Status(StrEnum):
@@ -39,7 +57,8 @@ class Check:
 
 
 def run_checks(config: Config) -> list[Check]:
-    # The config itself was checked when it was loaded (the rules and advice files included);
+    # The config itself was checked when it was loaded, the rules and advice files by the CLI
+    # (check_rule_files);
     # say which they are.
     rules = str(config.rules) if config.rules else "built-in"
     advice = str(config.advice) if config.advice else "built-in"

@@ -19,14 +19,11 @@ it cannot read: the field is None and `notes[field]` says why (STYLE.md 7).
 
 from __future__ import annotations
 
-import importlib.metadata
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from functools import lru_cache
 
-import sidecar
 from sidecar.discovery import Deployment
 from sidecar.gpu import GpuFigures, GpuReading, NvmlSystem
 from sidecar.installed import (
@@ -43,6 +40,7 @@ from sidecar.records import ProcessInfo, Role, StackSample
 from sidecar.records.summary import Fingerprint
 from sidecar.rules import RuleSet
 from sidecar.serveflags import config_file, serving_flags
+from sidecar.version import sidecar_version
 
 # vllm/v1/attention/backends/flash_attn.py (V1), vllm/attention/backends/flashinfer.py (V0),
 # .../backends/mla/flashmla.py; py-spy names files short or in full: match the tail.
@@ -134,14 +132,6 @@ def attention_backend(stacks: Iterable[StackSample]) -> str | None:
         for name in names - {None}:
             seen[str(name)] += stack.weight
     return ", ".join(name for name, _ in seen.most_common()) or None
-
-
-@lru_cache(maxsize=1)
-def sidecar_version() -> str:
-    try:
-        return importlib.metadata.version("vllm-sidecar")
-    except importlib.metadata.PackageNotFoundError:  # run from a checkout, not installed
-        return sidecar.__version__
 
 
 class FingerprintCache:

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.always_on import AlwaysOn, FleetAlwaysOn
-from sidecar.config import Config, check_fleet_target
+from sidecar.config import check_fleet_target
 from sidecar.daemon import TICK_S, Daemon, Wake, keep_window, start_uploads
 from sidecar.discovery import Deployment, DeploymentId, deployment_id, find_all
 from sidecar.errors import AttachError, SidecarError
@@ -51,6 +51,7 @@ from sidecar.failures import FailureTally
 from sidecar.parts import Builders, Parts, Store, WindowCollector, WindowResult, build_parts
 from sidecar.parts import real_collector as _real_collector
 from sidecar.schedule import PlannedWindow
+from sidecar.settings import Config
 from sidecar.store import DiskState, StoredSnapshot, WriteOutcome
 from sidecar.target_spec import TargetSpec
 from sidecar.upload import stop_all

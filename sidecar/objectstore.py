@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from sidecar.config import AWS_CHAIN_HELP, UploadConfig
 from sidecar.errors import ConfigError
+from sidecar.settings import AWS_CHAIN_HELP, UploadConfig
 from sidecar.upload import UploadError
 
 S3_MISSING = ("upload.url is set but s3fs is not installed: pip install 'vllm-sidecar[s3]' "

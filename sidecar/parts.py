@@ -19,7 +19,6 @@ from typing import Protocol
 
 from sidecar.advice_rules import AdviceRules, load_advice
 from sidecar.classifier import Classifier
-from sidecar.config import Config
 from sidecar.continuous import RolePlanner, is_continuous
 from sidecar.discovery import Deployment
 from sidecar.errors import ConfigError
@@ -39,6 +38,7 @@ from sidecar.pyspy import ProcessRate, PySpyRunner, SubprocessPySpy
 from sidecar.rules import RuleSet, load_rules
 from sidecar.sampler import RateController, Sampler, Window, merge_windows
 from sidecar.schedule import Schedule
+from sidecar.settings import Config
 from sidecar.snapshot import Snapshot, build_snapshot
 from sidecar.store import (
     DiskState,

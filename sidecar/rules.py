@@ -227,6 +227,8 @@ def load_rules(path: Path | None = None) -> RuleSet:
             f"cannot read rules file {path}: {exc.strerror or exc}. "
             "Pass --rules with a readable file, or omit it to use the built-in rules."
         ) from exc
+    except ValueError as exc:  # UnicodeDecodeError: not a text file
+        raise ConfigError(f"{path} is not a rules file ({exc})") from None
     return parse_rules(text, source=str(path))
 
 

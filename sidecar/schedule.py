@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sidecar.config import ScheduleConfig
+from sidecar.settings import ScheduleConfig
 
 
 class WindowKind(StrEnum):

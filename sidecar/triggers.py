@@ -25,9 +25,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sidecar.config import TriggerConfig
 from sidecar.errors import SidecarError
 from sidecar.records.summary import Cause
+from sidecar.settings import TriggerConfig
 from sidecar.vllm_metrics import MetricsScrape, serving_figures
 from sidecar.vllm_metrics.figures import WAITING
 

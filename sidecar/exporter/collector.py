@@ -12,11 +12,11 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from sidecar import __version__
 from sidecar.exporter.state import ExporterGroup, ExporterState, ExporterView, SnapshotMark
 from sidecar.records import Phase
 from sidecar.records.readings import KvCache, ServingFigures
 from sidecar.records.summary import SnapshotSummary
+from sidecar.version import sidecar_version
 
 PREFIX = "vllm_sidecar_"
 DISK_STATES = ("ok", "low")
@@ -174,7 +174,9 @@ class SidecarCollector:
         for state in states:
             # One per deployment (and the daemon's own, `deployment=""`): the dashboard's
             # deployment selector lists `label_values(vllm_sidecar_build_info, deployment)`.
-            out.add("build_info", {"host": state.host, **state.labels, "version": __version__}, 1)
+            out.add(
+                "build_info", {"host": state.host, **state.labels, "version": sidecar_version()}, 1
+            )
         for state in states:
             _add_state(out, state)
         yield from out

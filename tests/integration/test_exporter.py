@@ -23,7 +23,6 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from sidecar import __version__
 from sidecar.advice import Finding
 from sidecar.classifier import Classifier
 from sidecar.errors import ConfigError
@@ -38,6 +37,7 @@ from sidecar.records.summary import SnapshotSummary
 from sidecar.rules import load_rules
 from sidecar.sampler import Window
 from sidecar.snapshot import Readings, build_snapshot
+from sidecar.version import sidecar_version
 from sidecar.vllm_metrics import parse_scrape, serving_figures
 from tests import promtools
 from tests.nvml_double import RecordedNvml
@@ -174,7 +174,7 @@ def test_every_section_of_the_summary_is_exported(
     got = scrape(exporter)
     sampling, serving, kv = summary.sampling, summary.serving, summary.kv_cache
     assert kv is not None
-    assert got.value("vllm_sidecar_build_info", version=__version__, host="node-7") == 1
+    assert got.value("vllm_sidecar_build_info", version=sidecar_version(), host="node-7") == 1
     assert got.value("vllm_sidecar_samples_total", host="node-7") == sampling.samples
     assert got.value("vllm_sidecar_sampling_errors_total") == 3
     assert got.value("vllm_sidecar_sampling_rate_hz", target="1") == 50.0

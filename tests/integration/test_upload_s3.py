@@ -18,9 +18,9 @@ import duckdb
 import pytest
 import s3fs
 
-from sidecar.config import Config, UploadConfig
 from sidecar.objectstore import FsspecStore, open_object_store, probe
 from sidecar.parts import open_uploader
+from sidecar.settings import Config, UploadConfig
 from sidecar.store import SnapshotStore
 from sidecar.upload import MARKERS_DIR, ROW_NAME, Uploader, UploadStatus, UploadThread
 from tests.moto_server import BUCKET, MotoServer
@@ -185,10 +185,10 @@ def test_the_daemon_uploads_its_windows_and_a_restart_finishes_what_its_stop_cut
     folder between windows, and the stop cuts the backlog."""
     from dataclasses import replace
 
-    from sidecar.config import OutputConfig
     from sidecar.daemon import Daemon
     from sidecar.parts import Builders
     from sidecar.pyspy import SubprocessPySpy
+    from sidecar.settings import OutputConfig
     from tests.unit.test_daemon_loop import CONFIG, INTERVAL, T0, World, deployment, rules
 
     output = OutputConfig(dir=tmp_path / "out", retention_days=3650,

@@ -331,10 +331,11 @@ def test_exporter_has_one_gauge_per_active_finding() -> None:
     assert "vllm_sidecar_finding" not in families  # gone, not 0: absent() and alerts expect that
 
 
-def test_the_config_names_the_operators_rules_and_a_broken_file_fails_the_load(
+def test_the_config_names_the_operators_rules_and_a_broken_file_fails_the_start(
     tmp_path: Path,
 ) -> None:
     from sidecar.config import load_config
+    from sidecar.doctor import check_rule_files
 
     mine = tmp_path / "advice.yaml"
     mine.write_text(RULE)
@@ -344,4 +345,4 @@ def test_the_config_names_the_operators_rules_and_a_broken_file_fails_the_load(
     assert load_config(None, environ={"VLLM_SIDECAR_ADVICE": str(mine)}).advice == mine
     mine.write_text(RULE.replace("severity: warning", "severity: dire"))
     with pytest.raises(ConfigError, match=r"^advice: .*rule 'my-rule': severity 'dire'"):
-        load_config(config, environ={})
+        check_rule_files(load_config(config, environ={}))

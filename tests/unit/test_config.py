@@ -17,17 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sidecar.cli import DAEMON_SETTINGS, _settings, _snapshot_settings, cli, main
-from sidecar.config import (
-    ENV_VARIABLES,
-    FLAGS,
-    NOT_SETTINGS,
-    SNAPSHOT_DEFAULTS,
-    Config,
-    load_config,
-    snapshot_options,
-)
+from sidecar.config import ENV_VARIABLES, FLAGS, NOT_SETTINGS, load_config, snapshot_options
+from sidecar.doctor import check_rule_files
 from sidecar.errors import ConfigError
 from sidecar.rules import load_rules
+from sidecar.settings import SNAPSHOT_DEFAULTS, Config
 
 RULES = """
 rules:
@@ -240,15 +234,32 @@ def test_the_rules_setting_is_loaded_once_at_load(tmp_path: Path) -> None:
     assert [r.name for r in load_rules(config.rules).rules] == ["my-forward"]
 
 
-def test_a_broken_rules_file_fails_the_load_naming_the_rule(tmp_path: Path) -> None:
+def rules_refused(**kw: Any) -> str:
+    """The start's check of the rules and advice files a loaded config names (the CLI, the
+    Python interface and a reload call it after loading)."""
+    config = load_config(None, environ=kw.pop("environ", {}), **kw)
+    with pytest.raises(ConfigError) as info:
+        check_rule_files(config)
+    return str(info.value)
+
+
+def test_a_broken_rules_file_fails_the_start_naming_the_rule(tmp_path: Path) -> None:
     rules = write(tmp_path, BROKEN_RULES, "phases.yaml")
-    message = refused(environ={"VLLM_SIDECAR_RULES": str(rules)})
+    message = rules_refused(environ={"VLLM_SIDECAR_RULES": str(rules)})
     assert message.startswith("rules: ") and "rule 'my-forward': phase" in message
     assert message.endswith("(variable VLLM_SIDECAR_RULES)")
-    assert "cannot read rules file" in refused(flags={"rules": tmp_path / "missing.yaml"})
+    assert "cannot read rules file" in rules_refused(flags={"rules": tmp_path / "missing.yaml"})
     binary = tmp_path / "binary.yaml"
     binary.write_bytes(b"\xff\xfe\x00rules")
-    assert refused(flags={"rules": binary}).startswith("rules: ")
+    assert rules_refused(flags={"rules": binary}).startswith("rules: ")
+    assert rules_refused(flags={"advice": binary}).startswith("advice: ")
+
+
+def test_loading_a_config_reads_no_rules_file(tmp_path: Path) -> None:
+    """The config holds settings only: the files it names are read where they are used."""
+    config = load_config(None, environ={}, flags={"rules": tmp_path / "missing.yaml"})
+    assert config.rules == tmp_path / "missing.yaml"
+    assert config.origin("rules") == "flag --rules" and config.origin("advice") == "defaults"
 
 
 # --------------------------------------------------------------------------------------- CLI

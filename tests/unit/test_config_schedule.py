@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.config import Config, ScheduleConfig, TargetConfig, load_config
+from sidecar.config import load_config
 from sidecar.discovery import configured_target
 from sidecar.errors import AttachError, ConfigError
 from sidecar.procfs import ProcFs
 from sidecar.schedule import Schedule, WindowKind
+from sidecar.settings import Config, ScheduleConfig, TargetConfig
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "configs" / "sidecar.yaml"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.classifier import Classifier
-from sidecar.config import Config, SamplingConfig, ScheduleConfig, load_config, validate
+from sidecar.config import load_config, validate
 from sidecar.continuous import AIM, MAX_HZ, RolePlanner, is_continuous
 from sidecar.errors import ConfigError
 from sidecar.parsers import parse_raw
@@ -20,6 +20,7 @@ from sidecar.records import ProcessInfo, Role
 from sidecar.rules import load_rules
 from sidecar.sampler import Window, merge_windows
 from sidecar.schedule import Schedule
+from sidecar.settings import Config, SamplingConfig, ScheduleConfig
 from sidecar.snapshot import build_snapshot, process_sampling
 from sidecar.summary_io import parse_summary
 from sidecar.writers import to_jsonable
@@ -214,9 +215,9 @@ def test_a_schema_5_summary_reads_as_6_with_nothing_guessed() -> None:
 def test_doctor_reports_each_process_asked_and_got_and_the_cpu_against_the_budget(
     tmp_path: Path,
 ) -> None:
-    from sidecar.config import OutputConfig
     from sidecar.doctor import Status, sampler_checks
     from sidecar.pyspy import ProcessOutcome
+    from sidecar.settings import OutputConfig
     from sidecar.writers import write_snapshot
 
     stacks = parse_raw(RAW).stacks

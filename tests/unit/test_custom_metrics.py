@@ -418,8 +418,8 @@ def test_doctor_probes_each_custom_metric_in_one_scrape() -> None:
 
 def test_doctor_warns_of_a_custom_url_that_does_not_answer() -> None:
     from devtools.server import free_port
-    from sidecar.config import Config
     from sidecar.doctor import Status, _custom
+    from sidecar.settings import Config
 
     url = f"http://127.0.0.1:{free_port()}/metrics"  # nothing listens there
     config = Config(custom_metrics=(spec("router_requests", name="routed", url=url),

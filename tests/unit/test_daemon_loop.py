@@ -23,7 +23,7 @@ import pytest
 
 from sidecar import cli as cli_module
 from sidecar.classifier import Classifier
-from sidecar.config import Config, MetricsConfig, SamplingConfig, ScheduleConfig, load_config
+from sidecar.config import load_config
 from sidecar.daemon import Daemon
 from sidecar.discovery import AmbiguousTarget, Deployment
 from sidecar.errors import AttachError, ConfigError, SamplerError
@@ -37,6 +37,7 @@ from sidecar.pyspy import RecordOutcome, RecordRequest, SubprocessPySpy
 from sidecar.records import ProcessInfo, Role
 from sidecar.rules import RuleSet, load_rules
 from sidecar.sampler import Window
+from sidecar.settings import Config, MetricsConfig, SamplingConfig, ScheduleConfig
 from sidecar.snapshot import Readings, Snapshot, build_snapshot
 from sidecar.store import DiskState, WriteOutcome, check_writable
 from sidecar.vllm_metrics.endpoint import MetricsUrlError

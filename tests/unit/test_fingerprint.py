@@ -22,7 +22,6 @@ from sidecar.fingerprint import (
     for_window,
     parse_cpuinfo,
     read_target,
-    sidecar_version,
 )
 from sidecar.gpu import NvmlReader, NvmlSystem
 from sidecar.gpu.nvml import cuda_version_text
@@ -36,6 +35,7 @@ from sidecar.report import render, report_data
 from sidecar.rules import load_rules, parse_rules
 from sidecar.sampler import Window
 from sidecar.summary_io import read_summary
+from sidecar.version import sidecar_version
 from sidecar.writers import write_snapshot
 from tests.nvml_double import RecordedNvml
 

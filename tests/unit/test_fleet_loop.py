@@ -21,7 +21,7 @@ import pytest
 
 from sidecar.always_on import AlwaysOn, FleetAlwaysOn
 from sidecar.classifier import Classifier
-from sidecar.config import Config, load_config
+from sidecar.config import load_config
 from sidecar.discovery import Deployment, deployment_id, find_all
 from sidecar.errors import AttachError, ConfigError
 from sidecar.exporter import SidecarCollector
@@ -31,6 +31,7 @@ from sidecar.procfs import ProcFs
 from sidecar.records import ProcessInfo, Role
 from sidecar.records.summary import Cause
 from sidecar.sampler import Window
+from sidecar.settings import Config
 from sidecar.snapshot import build_snapshot
 from sidecar.target_spec import TargetSpec, parse_targets
 from sidecar.trend_source import host_folder, host_folders
@@ -500,8 +501,8 @@ def test_a_discovery_that_finds_none_says_how_to_make_a_server_visible(tmp_path:
 
 
 def test_doctor_checks_each_server_of_targets(tmp_path: Path) -> None:
-    from sidecar.config import MetricsConfig, OutputConfig, SamplingConfig, TargetConfig
     from sidecar.doctor import Status, run_checks
+    from sidecar.settings import MetricsConfig, OutputConfig, SamplingConfig, TargetConfig
 
     config = Config(
         target=TargetConfig(proc_root=TWO.root),
@@ -579,7 +580,7 @@ def test_run_and_doctor_refuse_a_single_target_beside_targets(
 
 def test_snapshot_takes_one_server_from_a_config_that_lists_a_fleet(tmp_path: Path) -> None:
     """`snapshot --pid N --config fleet.yaml` is legal: the refusal is run's and doctor's."""
-    from sidecar.config import SNAPSHOT_DEFAULTS
+    from sidecar.settings import SNAPSHOT_DEFAULTS
 
     path = write_config(tmp_path / "sidecar.yaml", extra="targets: [{discover: true}]\n")
     config = load_config(path, {}, {"target.pid": 4242}, defaults=SNAPSHOT_DEFAULTS)

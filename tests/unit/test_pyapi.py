@@ -15,8 +15,9 @@ import pytest
 import sidecar
 from sidecar import Profiler, Snapshot, load, snapshots
 from sidecar.cli import main
-from sidecar.config import SNAPSHOT_DEFAULTS, load_config
+from sidecar.config import load_config
 from sidecar.errors import ConfigError, InputError, OutputError
+from sidecar.settings import SNAPSHOT_DEFAULTS
 from sidecar.summary_io import read_summary
 from sidecar.trend_table import TABLE_NAME
 from tests.unit.test_report import summary as built_summary

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.config import TriggerConfig
+from sidecar.settings import TriggerConfig
 from sidecar.triggers import (
     ControlSocket,
     LatencyTrigger,

@@ -16,10 +16,11 @@ import fsspec
 import pyarrow.parquet as pq
 import pytest
 
-from sidecar.config import UploadConfig, load_config
+from sidecar.config import load_config
 from sidecar.errors import ConfigError
 from sidecar.exporter import ExporterState, SidecarCollector
 from sidecar.objectstore import FsspecStore, probe
+from sidecar.settings import UploadConfig
 from sidecar.store import Retention, SnapshotStore
 from sidecar.trend_table import COMPACT_EVERY, TrendTable
 from sidecar.upload import (
@@ -272,8 +273,8 @@ def test_a_reload_opening_a_new_uploader_leaves_the_running_threads_staging_alon
     """The reload race: the running thread has staged a row and is putting it when SIGHUP
     opens the new config's uploader. Opening it touches nothing on disk, so the row is put and
     the folder confirmed without a failure; the staging goes when the new thread starts."""
-    from sidecar.config import Config
     from sidecar.parts import open_uploader
+    from sidecar.settings import Config
 
     remote = RowHeld()
     up = uploader(store, remote)
@@ -407,8 +408,8 @@ def test_without_s3fs_a_config_that_uploads_fails_at_start_naming_the_extra(
 ) -> None:
     import sys
 
-    from sidecar.config import Config
     from sidecar.parts import open_uploader
+    from sidecar.settings import Config
 
     assert open_uploader(Config(), store) is None  # upload.url unset: nothing is imported
     monkeypatch.setitem(sys.modules, "s3fs", None)  # as when the extra is not installed
