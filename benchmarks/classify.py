@@ -23,8 +23,9 @@ import time
 
 from sidecar import rules as rules_module
 from sidecar.classifier import Classifier
-from sidecar.explain import explain, read_input
+from sidecar.explain import explain
 from sidecar.rules import default_rules_path, parse_rules
+from sidecar.stacks import read_input
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_INPUTS = (

@@ -5,6 +5,7 @@ Two operations, both driven by data so that a reviewer reads the map, not the di
 - ``names``: definitions moved by hand from one module to another. Every
   ``from OLD import a, b`` in the checkout is split so that the moved names come from their new
   module (``--names OLD NEW a b ...``).
+- ``defs``: the same, with the definitions cut from the old module and appended to the new.
 - ``modules``: whole modules renamed (``devtools/relayout_map.txt``, one ``old -> new`` pair of
   dotted names a line). The files are moved with ``git mv`` and every dotted name
   (``sidecar.old``, ``sidecar.old.attr``) and path (``sidecar/old.py``) in the checkout's text
@@ -13,6 +14,7 @@ Two operations, both driven by data so that a reviewer reads the map, not the di
 Afterwards ``ruff check --fix`` and ``ruff format`` sort and wrap the rewritten imports.
 
     python -m devtools.relayout names sidecar.config sidecar.settings Config TargetConfig
+    python -m devtools.relayout defs sidecar.pidmap sidecar.records.gpu PidMatch
     python -m devtools.relayout modules devtools/relayout_map.txt
 """
 
@@ -36,9 +38,15 @@ TEXT_SUFFIXES = {".py", ".md", ".toml", ".cfg", ".yaml", ".yml", ".txt", ".sh", 
                  ".service", ".html", ".j2", ""}  # fmt: skip
 
 
+def _recorded(path: Path) -> bool:
+    """Recorded data (stacks, scrapes, /proc trees) under fixtures/ is left as it was recorded;
+    the fixtures' READMEs and recording scripts are rewritten like any text."""
+    return "fixtures" in path.parts and path.suffix not in (".md", ".py")
+
+
 def python_files() -> Iterator[Path]:
     for tree in TREES:
-        yield from (p for p in (ROOT / tree).rglob("*.py") if "fixtures" not in p.parts)
+        yield from (ROOT / tree).rglob("*.py")
 
 
 def text_files() -> Iterator[Path]:
@@ -47,7 +55,7 @@ def text_files() -> Iterator[Path]:
             yield ROOT / name
     for tree in TREES:
         for p in (ROOT / tree).rglob("*"):
-            if p.is_file() and p.suffix in TEXT_SUFFIXES and "fixtures" not in p.parts:
+            if p.is_file() and p.suffix in TEXT_SUFFIXES and not _recorded(p):
                 yield p
 
 
@@ -96,6 +104,46 @@ def move_names(old: str, new: str, names: set[str]) -> list[Path]:
     return changed
 
 
+def _defined(node: ast.stmt) -> set[str]:
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return {node.name}
+    if isinstance(node, ast.Assign):
+        return {t.id for t in node.targets if isinstance(t, ast.Name)}
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+        return {node.target.id}
+    return set()
+
+
+def cut_definitions(source: str, names: set[str]) -> tuple[str, str]:
+    """(`source` without the top-level definitions of `names`, those definitions), each with
+    its decorators and the comment lines right above it."""
+    tree = ast.parse(source)
+    lines = source.splitlines(keepends=True)
+    spans = []
+    for node in tree.body:
+        if not _defined(node) & names:
+            continue
+        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))]) - 1
+        while first > 0 and lines[first - 1].lstrip().startswith("#"):
+            first -= 1
+        spans.append((first, node.end_lineno or node.lineno))
+    cut = ["".join(lines[a:b]).rstrip() + "\n" for a, b in spans]
+    for a, b in reversed(spans):
+        del lines[a:b]
+    return "".join(lines), "\n\n".join(cut)
+
+
+def move_definitions(old: str, new: str, names: set[str]) -> None:
+    """Definitions cut from module `old` and appended to `new` (created when missing); imports
+    of them across the checkout split. The modules' own imports are left to the mover."""
+    src, dst = module_path(old), module_path(new)
+    rest, cut = cut_definitions(src.read_text(encoding="utf-8"), names)
+    src.write_text(rest, encoding="utf-8")
+    before = dst.read_text(encoding="utf-8") if dst.exists() else ""
+    dst.write_text(before.rstrip() + "\n\n\n" + cut if before else cut, encoding="utf-8")
+    move_names(old, new, names)
+
+
 # ---------------------------------------------------------------------------- moved modules
 
 
@@ -113,7 +161,9 @@ def read_map(path: Path) -> list[tuple[str, str]]:
 
 
 def module_path(dotted: str) -> Path:
-    return ROOT / (dotted.replace(".", "/") + ".py")
+    """The file of module `dotted`: a package's `__init__.py`, else `name.py`."""
+    package = ROOT / dotted.replace(".", "/") / "__init__.py"
+    return package if package.is_file() else ROOT / (dotted.replace(".", "/") + ".py")
 
 
 def rewrite_text(text: str, pairs: list[tuple[str, str]]) -> str:
@@ -189,12 +239,18 @@ def main(argv: list[str] | None = None) -> int:
     names.add_argument("old")
     names.add_argument("new")
     names.add_argument("names", nargs="+")
+    defs = sub.add_parser("defs", help="move top-level definitions to another module")
+    defs.add_argument("old")
+    defs.add_argument("new")
+    defs.add_argument("names", nargs="+")
     modules = sub.add_parser("modules", help="move modules by a map file")
     modules.add_argument("map", type=Path)
     args = parser.parse_args(argv)
     if args.op == "names":
         for path in move_names(args.old, args.new, set(args.names)):
             print(path.relative_to(ROOT))
+    elif args.op == "defs":
+        move_definitions(args.old, args.new, set(args.names))
     else:
         move_modules(read_map(args.map))
     return 0

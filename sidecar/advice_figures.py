@@ -41,9 +41,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
-from sidecar.aggregate import MAIN_THREAD
 from sidecar.computation import step_split
-from sidecar.records import Phase, Role
+from sidecar.records import MAIN_THREAD, Phase, Role
 from sidecar.records.readings import ServingFigures
 from sidecar.records.summary import Agreement, SnapshotSummary, ThreadCheck
 

@@ -7,12 +7,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from sidecar.classifier import STEP_PHASES, Classifier
-from sidecar.records import Label, Phase, Role, StackSample, Stage
+from sidecar.records import MAIN_THREAD, Label, Phase, Role, StackSample, Stage
 from sidecar.records.summary import OtherFrame, PhaseCount
 
 # When a process's threads disagree, the most specific role wins (PHASES.md, Roles).
 ROLE_ORDER = (Role.WORKER, Role.ENGINE_CORE, Role.API_SERVER, Role.OTHER)
-MAIN_THREAD = "MainThread"  # Python's name for a process's first thread, as py-spy reports it
 
 
 @dataclass(frozen=True, slots=True)

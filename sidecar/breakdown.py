@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sidecar.gpu.records import GpuDevice, GpuProcess
+from sidecar.records.gpu import GpuDevice, GpuProcess
 from sidecar.records.summary import SnapshotSummary
 
 MEMORY_COLUMNS = ("item", "role", "pid", "device", "name", "used_bytes", "total_bytes",

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from sidecar.discovery import title_role
 from sidecar.records import Frame, Label, Phase, Role, StackSample, Stage
+from sidecar.roles import title_role
 from sidecar.rules import FrameSpec, Rule, RuleKind, RuleSet
 
 # Phases that belong to a model step; only these carry a stage (prefill / decode / unknown).

@@ -216,7 +216,8 @@ def classify(
 
 def _explain(classifier: Classifier, files: tuple[Path, ...], as_json: bool, limit: int) -> None:
     from sidecar.explain import as_json as explained_json
-    from sidecar.explain import as_text, explain, read_input
+    from sidecar.explain import as_text, explain
+    from sidecar.stacks import read_input
 
     stacks: list[StackSample] = []
     roles: list[Role | None] = []
@@ -254,8 +255,8 @@ def rules_group() -> None:
 def rules_suggest(source: Path, rules: Path | None, top: int, idle_waits: bool, fmt: str) -> None:
     """The most frequent frames in `other`, each with a rule skeleton to paste into phases.yaml
     (checked: pasted into a copy of the rules file, it loads) and the samples it would move."""
-    from sidecar.explain import read_input
     from sidecar.rules import default_rules_path
+    from sidecar.stacks import read_input
     from sidecar.suggest import as_text, suggest
 
     path = rules or default_rules_path()

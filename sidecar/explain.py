@@ -10,13 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from sidecar.aggregate import ROLE_ORDER, label_stacks
 from sidecar.classifier import STEP_PHASES, Classifier, own_frames
-from sidecar.flame_io import read_stack_rows
-from sidecar.parsers import parse_file, parse_raw
 from sidecar.records import Frame, Label, Phase, Role, StackSample, Stage
 from sidecar.rules import RuleKind, RuleSet
 
@@ -157,35 +154,3 @@ def as_text(explained: Sequence[ExplainedStack], limit: int | None = None) -> st
 
 
 # ------------------------------------------------------------------------------ input
-
-
-@dataclass(frozen=True, slots=True)
-class StackInput:
-    """Stacks read from a file or a snapshot folder, with the roles the snapshot recorded."""
-
-    stacks: tuple[StackSample, ...]
-    roles: tuple[Role | None, ...]
-    warnings: tuple[str, ...]
-
-
-def read_input(path: Path) -> StackInput:
-    """A stack file (any format `classify` reads) or a snapshot folder (its stacks.parquet, else
-    stacks.collapsed: frames root first, as py-spy's raw format writes them)."""
-    if not path.is_dir():
-        parsed = parse_file(path)
-        return StackInput(
-            parsed.stacks,
-            (None,) * len(parsed.stacks),
-            tuple(f"{path}: {w}" for w in parsed.warnings),
-        )
-    rows = read_stack_rows(path)
-    stacks: list[StackSample] = []
-    roles: list[Role | None] = []
-    for row in rows:
-        if not row.frames or not row.weight:
-            continue
-        parsed = parse_raw(f"{';'.join(row.frames)} {row.weight}", str(path))
-        stacks.extend(parsed.stacks)
-        role = Role(row.role) if row.role in Role._value2member_map_ else None
-        roles.extend([role] * len(parsed.stacks))
-    return StackInput(tuple(stacks), tuple(roles), ())

@@ -16,7 +16,7 @@ from enum import StrEnum
 from sidecar.discovery import AmbiguousTarget
 from sidecar.errors import AttachError, SamplerError, SidecarError
 from sidecar.gpu.nvml import NvmlError
-from sidecar.gpu.records import CPU_MODE
+from sidecar.records.gpu import CPU_MODE
 from sidecar.snapshot import Snapshot
 from sidecar.vllm_metrics import ScrapeError
 from sidecar.vllm_metrics.endpoint import MetricsUrlError

@@ -20,21 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sidecar.records import Phase, Role
+from sidecar.stacks import StackRow
 
 ROOT_NAME = "all"
 SPEEDSCOPE_SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 _PHASE_ORDER = {p.value: i for i, p in enumerate(Phase)}
 _ROLE_ORDER = {r.value: i for i, r in enumerate(Role)}
-
-
-@dataclass(frozen=True, slots=True)
-class StackRow:
-    """One distinct stack of one snapshot: its role, phase, frames root first, samples."""
-
-    role: str
-    phase: str
-    frames: tuple[str, ...]
-    weight: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from sidecar.errors import OutputError
 from sidecar.parsers import InputFormat, parse_text
 from sidecar.records import ProcessInfo, StackSample
 from sidecar.records.summary import Cause
-from sidecar.sampler import Window
+from sidecar.records.window import Window
 from sidecar.snapshot import Snapshot, build_snapshot
 from sidecar.writers import write_snapshot
 

@@ -35,8 +35,9 @@ from sidecar.pipeline import (
 )
 from sidecar.procfs import ProcFs
 from sidecar.pyspy import ProcessRate, PySpyRunner, SubprocessPySpy
+from sidecar.records.window import Window, merge_windows
 from sidecar.rules import RuleSet, load_rules
-from sidecar.sampler import RateController, Sampler, Window, merge_windows
+from sidecar.sampler import RateController, Sampler
 from sidecar.schedule import Schedule
 from sidecar.settings import Config
 from sidecar.snapshot import Snapshot, build_snapshot

@@ -23,20 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 
 from sidecar.procfs import ProcFs
 from sidecar.records import ProcessInfo
-
-
-class PidMatch(StrEnum):
-    """Which of a target's PIDs an outside PID (NVML's) turned out to be."""
-
-    HOST = "host"  # its PID in the host's (initial) namespace: what NVML documents today
-    LOCAL = "local"  # its PID in its own innermost namespace
-    VIEW = "view"  # its PID in the namespace of the /proc we read, when that is neither
-    NONE = "none"  # not one of the targets
-
+from sidecar.records.gpu import PidMatch
 
 # When one number is the host PID of one target and the local PID of another, trust the
 # namespace NVML is known to answer in (nvidia-docker#1483) first.

@@ -45,9 +45,10 @@ from sidecar.procfs import ProcFs
 from sidecar.records import ProcessInfo, Role
 from sidecar.records.readings import CustomMetric, KvCache, ServingFigures, ThreadTime
 from sidecar.records.summary import Fingerprint
+from sidecar.records.window import Window
 from sidecar.resources import PsutilReader, cpu_time
 from sidecar.rules import RuleSet
-from sidecar.sampler import Sampler, Window
+from sidecar.sampler import Sampler
 from sidecar.serveflags import deployment_name
 from sidecar.snapshot import Readings, Snapshot, build_snapshot
 from sidecar.vllm_metrics import (

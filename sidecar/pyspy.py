@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Protocol
 
 from sidecar.errors import AttachError, SamplerError
+from sidecar.records.window import ProcessOutcome
 
 PTRACE_HELP = (
     "py-spy was refused ptrace access to process {pid}. Run the sidecar as root or give it "
@@ -59,19 +60,6 @@ class ProcessRate:
     rate_hz: int
     share: float = 1.0
     title: str = ""  # its command line, for the `process PID:"..."` frame py-spy puts first
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessOutcome:
-    """What one process's py-spy did in a segment: requested vs achieved, errors, its CPU."""
-
-    pid: int
-    requested_hz: float  # the rate times the share of the segment it sampled
-    samples: int
-    errors: int
-    cpu_s: float
-    wall_s: float
-    behind_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

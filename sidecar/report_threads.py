@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
+from sidecar.records import MAIN_THREAD
 from sidecar.records.summary import Agreement, SnapshotSummary
 
-MAIN_THREAD = "MainThread"
 FLAGGED = (Agreement.CPU_ABOVE, Agreement.CPU_BELOW)
 GROUND_TRUTH_HOW = (
     "busy = samples outside idle, 99 % Wilson interval; CPU measured from /proc/PID/task/TID/stat"

@@ -33,8 +33,8 @@ from sidecar.records.summary import (
     SnapshotSummary,
     TargetSection,
 )
+from sidecar.records.window import Window
 from sidecar.rules import WaitFrames
-from sidecar.sampler import Window
 
 
 @dataclass(frozen=True, slots=True)

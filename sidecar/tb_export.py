@@ -34,6 +34,7 @@ from sidecar.breakdown import memory_rows
 from sidecar.errors import InputError
 from sidecar.records.summary import SnapshotSummary
 from sidecar.store import parse_name
+from sidecar.tb_writer import Step, write_run
 from sidecar.trend_source import host_folders, snapshot_folders
 from sidecar.trend_table import SERVING
 
@@ -41,15 +42,6 @@ Note = Callable[[str], None]
 GIB = 2**30
 UNKNOWN_DEPLOYMENT = "unknown-deployment"  # schema 1 and 2 summaries name none
 SHARE_TAGS = ("share/", "main/")
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """One snapshot as one TensorBoard step."""
-
-    step: int
-    wall_time: float  # Unix seconds: the window's start
-    values: dict[str, float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,8 +121,6 @@ def export_tensorboard(
     out: Path, logdir: Path, host: str | None = None, note: Note = lambda _: None
 ) -> list[RunWritten]:
     """Every snapshot under OUT as steps of runs DIR/<host>/<deployment>, each run rewritten."""
-    from sidecar.tb_writer import write_run
-
     if logdir.exists() and not logdir.is_dir():
         raise InputError(f"--logdir {logdir} is a file: give a folder for TensorBoard's runs")
     started = time.perf_counter()

@@ -13,16 +13,13 @@ import contextlib
 import os
 import shutil
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from tensorboardX import FileWriter
 from tensorboardX.proto.summary_pb2 import Summary
 
 from sidecar.errors import OutputError
-
-if TYPE_CHECKING:
-    from sidecar.tb_export import Step
 
 
 def write_run(run: Path, steps: Iterable[Step]) -> None:
@@ -50,3 +47,12 @@ def write_run(run: Path, steps: Iterable[Step]) -> None:
     finally:
         with contextlib.suppress(OSError):
             shutil.rmtree(old)
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One snapshot as one TensorBoard step."""
+
+    step: int
+    wall_time: float  # Unix seconds: the window's start
+    values: dict[str, float]

@@ -15,24 +15,21 @@ Importing this package never imports pynvml; `PynvmlApi.init` does.
 from sidecar.gpu.nvml import NvmlApi, NvmlError, NvmlReturn, PynvmlApi
 from sidecar.gpu.policy import POLICY, Outcome
 from sidecar.gpu.reader import NvmlReader
-from sidecar.gpu.records import (
+from sidecar.gpu.target import figures_of, gpu_figures, target_gpus
+from sidecar.gpu.utilization import UtilizationPoller
+from sidecar.records.gpu import (
     CPU_MODE,
     GpuDevice,
+    GpuFigures,
     GpuProcess,
     GpuReading,
-    NvmlSystem,
-    ProcessKind,
-)
-from sidecar.gpu.target import (
-    GpuFigures,
     GpuSelection,
     GpuUse,
+    GpuUtilization,
+    NvmlSystem,
+    ProcessKind,
     TargetGpus,
-    figures_of,
-    gpu_figures,
-    target_gpus,
 )
-from sidecar.gpu.utilization import GpuUtilization, UtilizationPoller
 
 __all__ = [
     "CPU_MODE",

@@ -33,15 +33,16 @@ from sidecar.gpu.policy import (
     Outcome,
     rule_for,
 )
-from sidecar.gpu.records import (
+from sidecar.pidmap import PidMap
+from sidecar.records.gpu import (
     CPU_MODE,
     GpuDevice,
     GpuProcess,
     GpuReading,
     NvmlSystem,
+    PidMatch,
     ProcessKind,
 )
-from sidecar.pidmap import PidMap, PidMatch
 
 log = logging.getLogger("vllm_sidecar.gpu")
 T = TypeVar("T")

@@ -15,90 +15,20 @@ memory line and the KV share count the target's GPUs only. They are found, best 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import TypeVar
 
-from sidecar.gpu.records import GpuDevice, GpuReading
-from sidecar.gpu.utilization import GpuUtilization
-from sidecar.sizes import format_bytes, format_share
+from sidecar.records.gpu import (
+    GpuDevice,
+    GpuFigures,
+    GpuReading,
+    GpuSelection,
+    GpuUse,
+    GpuUtilization,
+    TargetGpus,
+)
 
 Environ = Callable[[int], Mapping[str, str] | None]
 T = TypeVar("T")
-
-
-class GpuSelection(StrEnum):
-    """How the target's GPUs were decided."""
-
-    NVML_PROCESSES = "nvml process list"
-    CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
-    DEVICE_ORDER = "first devices in order"  # no variable set: workers take devices 0, 1, ...
-    ALL_DEVICES = "all devices"
-
-
-@dataclass(frozen=True, slots=True)
-class TargetGpus:
-    """The devices the target uses, by label (`gpu2`, `gpu0/mig1`), and how that was decided.
-
-    `indexes` are the physical GPUs (NVML's order) behind `labels`, each once.
-    """
-
-    labels: tuple[str, ...]
-    indexes: tuple[int, ...]
-    how: GpuSelection
-    detail: str
-    caveats: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class GpuUse:
-    """One of the target's GPUs at the window's end, with its utilisation through the window.
-
-    `target_memory_bytes` is what NVML says the target's processes hold on it (None when NVML
-    listed none of them there).
-    """
-
-    label: str
-    index: int
-    name: str | None
-    memory_used_bytes: int | None
-    memory_total_bytes: int | None
-    target_memory_bytes: int | None = None
-    utilization: GpuUtilization | None = None
-
-    @property
-    def text(self) -> str:
-        """`GPU 2 (NVIDIA H100 80GB HBM3): 74.0 GiB / 79.6 GiB (93.0%), vLLM 73.5 GiB; util
-        88% mean (80-95%, 12 samples)`."""
-        name = self.label.removeprefix("gpu").replace("/mig", " MIG ")
-        used, total = self.memory_used_bytes, self.memory_total_bytes
-        line = f"GPU {name}" + (f" ({self.name})" if self.name else "") + ": "
-        line += f"{format_bytes(used)} / {format_bytes(total)} ({format_share(used, total)})"
-        if self.target_memory_bytes is not None:
-            line += f", vLLM {format_bytes(self.target_memory_bytes)}"
-        if self.utilization is not None:
-            line += f"; {self.utilization.text}"
-        return line
-
-
-@dataclass(frozen=True, slots=True)
-class GpuFigures:
-    """The target's GPUs and one `GpuUse` per GPU: what the report's GPU lines print."""
-
-    target: TargetGpus
-    devices: tuple[GpuUse, ...]
-    utilization: tuple[GpuUtilization, ...] = ()  # every GPU's, polled through the window
-
-    @property
-    def memory_totals(self) -> dict[str, int]:
-        """Memory of each of the target's GPUs, by label: the KV share's denominator."""
-        return {d.label: d.memory_total_bytes for d in self.devices if d.memory_total_bytes}
-
-    def lines(self) -> list[str]:
-        """`GPUs used: 2, 3 (nvml process list)` then one line per GPU, for the report."""
-        head = f"GPUs used: {', '.join(_name(label) for label in self.target.labels) or 'none'}"
-        head += f" ({self.target.how}: {self.target.detail})"
-        return [head, *(d.text for d in self.devices), *self.target.caveats]
 
 
 def target_gpus(
@@ -253,10 +183,6 @@ def _selection(
 
 def _label(index: int, mig_index: int | None) -> str:
     return f"gpu{index}" if mig_index is None else f"gpu{index}/mig{mig_index}"
-
-
-def _name(label: str) -> str:
-    return label.removeprefix("gpu").replace("/mig", " MIG ")
 
 
 def _unique(items: Iterable[T]) -> list[T]:

@@ -15,40 +15,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 from sidecar.gpu.reader import NvmlReader
+from sidecar.records.gpu import DEFAULT_INTERVAL_S, GpuUtilization
 
 log = logging.getLogger("vllm_sidecar.gpu")
 
-DEFAULT_INTERVAL_S = 1.0
 Poll = tuple[float, Mapping[str, int | None]]  # (monotonic time, utilisation by GPU label)
-
-
-@dataclass(frozen=True, slots=True)
-class GpuUtilization:
-    """One GPU's utilisation over the window: `samples` polls that answered, their mean,
-    minimum and maximum (percent); `missed` polls at which it did not answer."""
-
-    label: str  # gpu0
-    samples: int
-    mean_pct: float | None
-    min_pct: int | None
-    max_pct: int | None
-    missed: int = 0
-    interval_s: float = DEFAULT_INTERVAL_S
-    first_at: float | None = None  # monotonic seconds of the first and last poll
-    last_at: float | None = None
-
-    @property
-    def text(self) -> str:
-        """`util 88% mean (80-95%, 12 samples)`, or `util not reported` without samples."""
-        if self.mean_pct is None:
-            return "util not reported"
-        return (
-            f"util {self.mean_pct:.0f}% mean ({self.min_pct}-{self.max_pct}%, "
-            f"{self.samples} samples)"
-        )
 
 
 class UtilizationPoller:

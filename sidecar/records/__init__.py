@@ -36,6 +36,9 @@ class Stage(StrEnum):
     UNKNOWN = "unknown"
 
 
+MAIN_THREAD = "MainThread"  # Python's name for a process's first thread, as py-spy reports it
+
+
 class Role(StrEnum):
     API_SERVER = "api_server"
     ENGINE_CORE = "engine_core"

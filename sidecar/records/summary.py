@@ -30,10 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from sidecar.gpu.records import GpuDevice
-from sidecar.gpu.target import TargetGpus
-from sidecar.gpu.utilization import GpuUtilization
 from sidecar.records import Role
+from sidecar.records.gpu import GpuDevice, GpuUtilization, TargetGpus
 from sidecar.records.readings import (
     CustomMetric,
     HostMemory,

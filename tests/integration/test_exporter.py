@@ -34,8 +34,8 @@ from sidecar.parsers import parse_file
 from sidecar.records import Phase, ProcessInfo, Role
 from sidecar.records.readings import HostMemory
 from sidecar.records.summary import SnapshotSummary
+from sidecar.records.window import Window
 from sidecar.rules import load_rules
-from sidecar.sampler import Window
 from sidecar.snapshot import Readings, build_snapshot
 from sidecar.version import sidecar_version
 from sidecar.vllm_metrics import parse_scrape, serving_figures

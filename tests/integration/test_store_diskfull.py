@@ -17,8 +17,8 @@ import pytest
 
 from sidecar.classifier import Classifier
 from sidecar.parsers import parse_file
+from sidecar.records.window import Window
 from sidecar.rules import load_rules
-from sidecar.sampler import Window
 from sidecar.snapshot import Snapshot, build_snapshot
 from sidecar.store import DiskState, Retention, SnapshotStore
 from sidecar.trend_table import PARTS_DIR, TABLE_NAME

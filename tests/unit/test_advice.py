@@ -19,7 +19,7 @@ from sidecar.cli import main
 from sidecar.errors import ConfigError
 from sidecar.exporter import ExporterState, SidecarCollector
 from sidecar.gpu import NvmlReader, target_gpus
-from sidecar.gpu.utilization import GpuUtilization
+from sidecar.records.gpu import GpuUtilization
 from sidecar.records.readings import KvCache
 from sidecar.records.summary import GpuSection, SnapshotSummary
 from sidecar.summary_io import read_summary

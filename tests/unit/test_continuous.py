@@ -17,8 +17,8 @@ from sidecar.errors import ConfigError
 from sidecar.parsers import parse_raw
 from sidecar.pyspy import ProcessRate, RecordOutcome, merge_outcomes
 from sidecar.records import ProcessInfo, Role
+from sidecar.records.window import Window, merge_windows
 from sidecar.rules import load_rules
-from sidecar.sampler import Window, merge_windows
 from sidecar.schedule import Schedule
 from sidecar.settings import Config, SamplingConfig, ScheduleConfig
 from sidecar.snapshot import build_snapshot, process_sampling
@@ -216,7 +216,7 @@ def test_doctor_reports_each_process_asked_and_got_and_the_cpu_against_the_budge
     tmp_path: Path,
 ) -> None:
     from sidecar.doctor import Status, sampler_checks
-    from sidecar.pyspy import ProcessOutcome
+    from sidecar.records.window import ProcessOutcome
     from sidecar.settings import OutputConfig
     from sidecar.writers import write_snapshot
 

@@ -31,12 +31,12 @@ from sidecar.exporter import SidecarCollector
 from sidecar.failures import Failure, FailureTally, WindowFailure, reading_failures
 from sidecar.gpu import GpuReading
 from sidecar.gpu.nvml import NvmlError, NvmlReturn
-from sidecar.gpu.records import CPU_MODE
 from sidecar.parts import Builders, WindowResult
 from sidecar.pyspy import RecordOutcome, RecordRequest, SubprocessPySpy
 from sidecar.records import ProcessInfo, Role
+from sidecar.records.gpu import CPU_MODE
+from sidecar.records.window import Window
 from sidecar.rules import RuleSet, load_rules
-from sidecar.sampler import Window
 from sidecar.settings import Config, MetricsConfig, SamplingConfig, ScheduleConfig
 from sidecar.snapshot import Readings, Snapshot, build_snapshot
 from sidecar.store import DiskState, WriteOutcome, check_writable

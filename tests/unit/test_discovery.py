@@ -19,12 +19,12 @@ from sidecar.discovery import (
     is_vllm,
     no_server_error,
     role_of,
-    title_role,
 )
 from sidecar.errors import AttachError
 from sidecar.parsers import parse_text
 from sidecar.procfs import ProcFs
 from sidecar.records import ProcessInfo, Role
+from sidecar.roles import title_role
 from sidecar.rules import load_rules
 
 RULES = load_rules()

@@ -10,9 +10,10 @@ import pytest
 
 from sidecar.classifier import Classifier
 from sidecar.cli import main
-from sidecar.explain import explain, read_input
+from sidecar.explain import explain
 from sidecar.records import Phase
 from sidecar.rules import default_rules_path, load_rules, parse_rules
+from sidecar.stacks import read_input
 from sidecar.suggest import paste, suggest
 
 ROOT = Path(__file__).resolve().parents[2]

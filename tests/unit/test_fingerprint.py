@@ -31,9 +31,9 @@ from sidecar.pipeline import WindowReaders, profile_window
 from sidecar.procfs import ProcFs
 from sidecar.records import Frame, StackSample
 from sidecar.records.summary import Fingerprint
+from sidecar.records.window import Window
 from sidecar.report import render, report_data
 from sidecar.rules import load_rules, parse_rules
-from sidecar.sampler import Window
 from sidecar.summary_io import read_summary
 from sidecar.version import sidecar_version
 from sidecar.writers import write_snapshot

@@ -25,7 +25,6 @@ from sidecar.flame import (
     ROOT_NAME,
     SPEEDSCOPE_SCHEMA,
     FlameNode,
-    StackRow,
     build_diff_tree,
     build_tree,
     change,
@@ -33,7 +32,7 @@ from sidecar.flame import (
     layout,
     speedscope,
 )
-from sidecar.flame_io import output_prefix, read_collapsed, read_stack_rows
+from sidecar.flame_io import output_prefix
 from sidecar.flame_svg import (
     CHAR_W,
     PAD,
@@ -47,6 +46,7 @@ from sidecar.flame_svg import (
     render_svg,
 )
 from sidecar.records import Phase
+from sidecar.stacks import StackRow, read_collapsed, read_stack_rows
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 PREFILL = FIXTURES / "flame" / "prefill-heavy"

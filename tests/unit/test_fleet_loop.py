@@ -30,7 +30,7 @@ from sidecar.parts import WindowResult
 from sidecar.procfs import ProcFs
 from sidecar.records import ProcessInfo, Role
 from sidecar.records.summary import Cause
-from sidecar.sampler import Window
+from sidecar.records.window import Window
 from sidecar.settings import Config
 from sidecar.snapshot import build_snapshot
 from sidecar.target_spec import TargetSpec, parse_targets

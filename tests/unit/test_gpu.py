@@ -41,13 +41,14 @@ from sidecar.gpu import (
 from sidecar.gpu import nvml as nvml_module
 from sidecar.gpu.nvml import process_info
 from sidecar.gpu.record import record_fixture
-from sidecar.pidmap import PidMap, PidMatch
+from sidecar.pidmap import PidMap
 from sidecar.pipeline import WindowReaders, profile_window
 from sidecar.procfs import ProcFs
 from sidecar.records import Role
+from sidecar.records.gpu import PidMatch
+from sidecar.records.window import Window
 from sidecar.report import render
 from sidecar.rules import load_rules
-from sidecar.sampler import Window
 from tests.nvml_double import RecordedNvml
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

@@ -20,9 +20,9 @@ from sidecar.procfs import ProcFs, parse_task_stat
 from sidecar.records import Role
 from sidecar.records.readings import ThreadCpu
 from sidecar.records.summary import Agreement, SnapshotSummary, ThreadCheck
+from sidecar.records.window import Window
 from sidecar.report import render, report_data
 from sidecar.rules import load_rules
-from sidecar.sampler import Window
 from sidecar.snapshot import Readings, build_snapshot
 
 CASES = Path(__file__).resolve().parents[1] / "fixtures" / "groundtruth"

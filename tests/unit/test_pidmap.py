@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.pidmap import NsPid, PidMap, PidMatch, is_host_namespace
+from sidecar.pidmap import NsPid, PidMap, is_host_namespace
 from sidecar.procfs import ProcFs
+from sidecar.records.gpu import PidMatch
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "proc_ns"
 HOST, LOCAL, VIEW = PidMatch.HOST, PidMatch.LOCAL, PidMatch.VIEW

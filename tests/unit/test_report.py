@@ -19,9 +19,9 @@ from sidecar.parsers import parse_file
 from sidecar.records import ProcessInfo, Role
 from sidecar.records.readings import HostMemory, ProcessStats
 from sidecar.records.summary import SnapshotSummary
+from sidecar.records.window import Window
 from sidecar.report import render, report_data
 from sidecar.rules import load_rules
-from sidecar.sampler import Window
 from sidecar.snapshot import Readings, build_snapshot
 from sidecar.vllm_metrics import parse_scrape, serving_figures
 from sidecar.writers import write_snapshot

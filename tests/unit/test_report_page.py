@@ -17,10 +17,10 @@ from sidecar.cli import main
 from sidecar.compare import compare
 from sidecar.diff import baseline_sides, significant_rows, verdict
 from sidecar.flame import build_tree, layout
-from sidecar.flame_io import read_stack_rows
 from sidecar.report import profile_block, report_data
 from sidecar.report_page import Missing, PageInputs, render_page
 from sidecar.report_page_io import page_inputs
+from sidecar.stacks import read_stack_rows
 from sidecar.summary_io import read_summary
 from tests.html_dom import Node, cells, parse
 

@@ -15,8 +15,8 @@ import pytest
 
 from sidecar.classifier import Classifier
 from sidecar.errors import OutputError
+from sidecar.records.window import Window
 from sidecar.rules import load_rules
-from sidecar.sampler import Window
 from sidecar.snapshot import Snapshot, build_snapshot
 from sidecar.store import DiskState, Kind, Retention, SnapshotStore, check_writable
 from sidecar.trend_table import PARTS_DIR, TABLE_NAME

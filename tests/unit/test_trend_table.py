@@ -18,8 +18,8 @@ import pytest
 from sidecar.classifier import Classifier
 from sidecar.errors import InputError
 from sidecar.records.summary import Fingerprint
+from sidecar.records.window import Window
 from sidecar.rules import load_rules
-from sidecar.sampler import Window
 from sidecar.snapshot import Snapshot, build_snapshot
 from sidecar.store import Retention, SnapshotStore
 from sidecar.summary_io import read_summary

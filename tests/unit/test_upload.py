@@ -171,7 +171,7 @@ def test_an_outage_backs_off_doubling_and_the_backlog_drains_in_order_after(
 def test_retention_keeps_what_is_not_uploaded_and_deletes_it_once_confirmed(
     tmp_path: Path,
 ) -> None:
-    from sidecar.sampler import Window
+    from sidecar.records.window import Window
     from sidecar.snapshot import build_snapshot
     from tests.unit.test_store import classifier
 
