@@ -21,11 +21,11 @@ import argparse
 import statistics
 import time
 
-from sidecar import rules as rules_module
-from sidecar.classifier import Classifier
-from sidecar.explain import explain
-from sidecar.rules import default_rules_path, parse_rules
-from sidecar.stacks import read_input
+from sidecar.classify import rules as rules_module
+from sidecar.classify.classifier import Classifier
+from sidecar.classify.explain import explain
+from sidecar.classify.rules import default_rules_path, parse_rules
+from sidecar.store.stacks import read_input
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_INPUTS = (

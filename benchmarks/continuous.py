@@ -49,15 +49,15 @@ from typing import Any
 from devtools import sidecar_proc
 from devtools.loadgen import background_load
 from devtools.server import VllmServer
-from sidecar.aggregate import label_stacks, summarize
-from sidecar.classifier import Classifier
-from sidecar.discovery import configured_target
+from sidecar.classify.aggregate import label_stacks, summarize
+from sidecar.classify.classifier import Classifier
+from sidecar.classify.rules import load_rules
+from sidecar.config.settings import TargetConfig
 from sidecar.parsers import parse_raw
-from sidecar.procfs import ProcFs
 from sidecar.records import Role
-from sidecar.rules import load_rules
-from sidecar.settings import TargetConfig
-from sidecar.summary_io import read_summary
+from sidecar.store.summary_io import read_summary
+from sidecar.target.discovery import configured_target
+from sidecar.target.procfs import ProcFs
 
 TICKS = os.sysconf("SC_CLK_TCK")
 

@@ -45,7 +45,7 @@ from typing import Any
 from devtools.loadgen import WORKLOADS, LoadResult, run_load
 from devtools.server import VllmServer, descendants
 from sidecar.records.summary import SnapshotSummary
-from sidecar.summary_io import read_summary
+from sidecar.store.summary_io import read_summary
 
 SHARE_P = 0.10  # the phase share whose standard error shows what a rate buys
 WARMUP_S = 5.0

@@ -30,10 +30,10 @@ import time
 
 from devtools.loadgen import background_load
 from devtools.server import VllmServer
-from sidecar.discovery import configured_target
-from sidecar.procfs import ProcFs
+from sidecar.config.settings import TargetConfig
 from sidecar.records import Role
-from sidecar.settings import TargetConfig
+from sidecar.target.discovery import configured_target
+from sidecar.target.procfs import ProcFs
 
 PY_SPY = str(Path(sys.executable).with_name("py-spy"))
 SETS: dict[str, list[str]] = {

@@ -27,8 +27,8 @@ from pathlib import Path
 from devtools.diff_windows import RATE_HZ, SEGMENT_S, WINDOW_S, take_windows
 from devtools.live_window import SERVER_ENV
 from devtools.server import VllmServer
-from sidecar.compare import Side, compare
-from sidecar.summary_io import read_summary
+from sidecar.analyze.compare import Side, compare
+from sidecar.store.summary_io import read_summary
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "diff"
 

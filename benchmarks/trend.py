@@ -34,7 +34,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from sidecar.trend_table import COMPACT_EVERY, TrendTable
+from sidecar.store.trend_table import COMPACT_EVERY, TrendTable
 
 TARGET_S = 2.0
 HOST = "bench-node"
@@ -90,9 +90,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def breakdown(out: Path) -> None:
     """Where a warm run's time goes, in this process (imports already paid)."""
-    from sidecar.trend import TrendOptions, compute_trend, render_text
-    from sidecar.trend_plot import save_png, trend_figure
-    from sidecar.trend_source import host_folder, load_table
+    from sidecar.trend.plot import save_png, trend_figure
+    from sidecar.trend.series import TrendOptions, compute_trend, render_text
+    from sidecar.trend.source import host_folder, load_table
 
     marks = [time.perf_counter()]
     table = load_table(host_folder(out, None), note=print)

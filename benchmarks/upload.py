@@ -28,12 +28,12 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sidecar.objectstore import open_object_store
-from sidecar.settings import UploadConfig
-from sidecar.store import SnapshotStore
-from sidecar.summary_io import read_summary
-from sidecar.trend_table import TrendTable, summary_row
-from sidecar.upload import Uploader
+from sidecar.config.settings import UploadConfig
+from sidecar.store.folders import SnapshotStore
+from sidecar.store.objectstore import open_object_store
+from sidecar.store.summary_io import read_summary
+from sidecar.store.trend_table import TrendTable, summary_row
+from sidecar.store.upload import Uploader
 from tests.moto_server import BUCKET, MotoServer
 from tests.upload_store import HOST, KEEP_ALL, source_folders
 

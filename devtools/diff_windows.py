@@ -21,7 +21,7 @@ from pathlib import Path
 from devtools import sidecar_proc
 from devtools.server import VllmServer
 from devtools.sidecar_proc import REPO, env
-from sidecar.pyspy import SubprocessPySpy
+from sidecar.sampling.pyspy import SubprocessPySpy
 
 WINDOW_S = 30.0
 SEGMENT_S = 5.0

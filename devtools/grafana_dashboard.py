@@ -5,7 +5,7 @@ against a real Prometheus scraping a real daemon.
 
 Every selector carries `host=~"$host", deployment=~"$deployment"`, and every legend that names
 the host names the deployment too. The `deployment` label is set by a daemon with `targets:`
-(sidecar/multi_target.py); a single-target daemon sets none, and the selector then lists no
+(sidecar/daemon/multi_target.py); a single-target daemon sets none, and the selector then lists no
 value but "All" (`.*`, which also matches a series without the label).
 """
 
@@ -77,7 +77,7 @@ ROWS: list[tuple[str, list[Panel]]] = [
            "{{id}} ({{severity}}) {{host}}")], {"stack": True}),
     ]),
     ("Stalls and the target", [
-        # sidecar/hang.py: seconds without progress while requests wait, once raised.
+        # sidecar/daemon/hang.py: seconds without progress while requests wait, once raised.
         ("Stalled seconds per role", "s",
          [(f"max by (host, role) (vllm_sidecar_stalled_seconds{{{SEL}}})",
            "{{role}} {{host}}")], {}),

@@ -37,13 +37,13 @@ from typing import Any
 from devtools.loadgen import LoadResult, run_load_process
 from devtools.matrix import live_lock, pyspy
 from devtools.server import VllmServer
-from sidecar.aggregate import label_stacks
-from sidecar.classifier import Classifier
-from sidecar.groundtruth import cpu_over_window, thread_checks
+from sidecar.classify.aggregate import label_stacks
+from sidecar.classify.classifier import Classifier
+from sidecar.classify.groundtruth import cpu_over_window, thread_checks
 from sidecar.parsers import parse_file
-from sidecar.procfs import ProcFs
+from sidecar.target.procfs import ProcFs
 from sidecar.records import Phase
-from sidecar.rules import load_rules
+from sidecar.classify.rules import load_rules
 
 RATE_HZ = 20
 SPAN_S = 10

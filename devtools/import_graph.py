@@ -17,13 +17,13 @@ that is on `sys.path`; if it is itself a package, the names start from the first
 that is not.
 
 What an edge is. An import statement points at the module that owns the imported name: the
-longest prefix of the dotted name that is a module of the checkout. `import sidecar.a.b` gives
-`sidecar.a.b`; `from sidecar.a import b` gives `sidecar.a.b` when that is a module and `sidecar.a`
+longest prefix of the dotted name that is a module of the checkout. `import pkg.a.b` gives
+`pkg.a.b`; `from pkg.a import b` gives `pkg.a.b` when that is a module and `pkg.a`
 (its `__init__`) when `b` is a name defined there; `from sidecar import Profiler` gives `sidecar`;
 relative imports are resolved against the importing module's package first. Imports of anything
 that is not a module of the checkout (the standard library, third-party packages) are left out,
 and so are a module's imports of itself. The parent packages that Python runs on the way
-(`import sidecar.a.b` also runs `sidecar/__init__.py` and `sidecar/a/__init__.py`) are not edges
+(`import pkg.a.b` also runs `pkg/__init__.py` and `pkg/a/__init__.py`) are not edges
 unless `--parents` is given (and even then not the importer's own packages, which ran before
 it): import-linter does not count them either. `importlib.import_module` calls are not seen.
 
@@ -53,9 +53,9 @@ The figures, for the chosen scope (`--scope package`, the default: modules of `-
   one unit each (the condensation), so a cycle counts as one level and is printed as {a, b}. The
   chain itself is printed top first; the hops along it are levels - 1;
 - the same with packages as units (`--units packages`): every module in a package folder one level
-  below a top folder is part of that package's unit (`sidecar/x/y.py` and `sidecar/x/z/w.py` are
-  unit `sidecar.x`); a module directly in a top folder is its own unit (`sidecar/z.py` is
-  `sidecar.z`, `sidecar/__init__.py` is `sidecar`). Edges inside a unit disappear; an edge
+  below a top folder is part of that package's unit (`pkg/x/y.py` and `pkg/x/z/w.py` are
+  unit `pkg.x`); a module directly in a top folder is its own unit (`pkg/z.py` is
+  `pkg.z`, `sidecar/__init__.py` is `sidecar`). Edges inside a unit disappear; an edge
   between units has the strongest kind of the module edges it stands for;
 - upward imports: for each layers contract (`--layers FILE`, or else the `type = layers`
   contracts of import-linter found in the root's `.importlinter`, `setup.cfg` or `pyproject.toml`;
@@ -70,7 +70,7 @@ The figures, for the chosen scope (`--scope package`, the default: modules of `-
 - most imported, most importing: fan-in and fan-out over the edges that run (module-level and
   lazy; TYPE_CHECKING left out);
 - closure (`--closure MODULE ...`): the modules that importing MODULE loads through module-level
-  imports, transitively. MODULE may be given as `sidecar.x.y`, `x.y` or `sidecar/x/y.py`.
+  imports, transitively. MODULE may be given as `pkg.x.y`, `x.y` or `pkg/x/y.py`.
 
 Exit status: 0, or 2 for a usage error (an unknown module, an unreadable layers file).
 """

@@ -30,7 +30,7 @@ from devtools import sidecar_proc
 from devtools.loadgen import LoadResult, run_load_process
 from devtools.server import VllmServer
 from sidecar.commands import SAMPLING_LINE
-from sidecar.pyspy import ATTACH_GRACE_S, LATE_S
+from sidecar.sampling.pyspy import ATTACH_GRACE_S, LATE_S
 from sidecar.vllm_metrics import HttpMetricsSource, serving_figures, take_scrape
 
 WORKLOADS = ("prefill-heavy", "decode-heavy", "mixed")

@@ -8,13 +8,13 @@ Two operations, both driven by data so that a reviewer reads the map, not the di
 - ``defs``: the same, with the definitions cut from the old module and appended to the new.
 - ``modules``: whole modules renamed (``devtools/relayout_map.txt``, one ``old -> new`` pair of
   dotted names a line). The files are moved with ``git mv`` and every dotted name
-  (``sidecar.old``, ``sidecar.old.attr``) and path (``sidecar/old.py``) in the checkout's text
+  (``pkg.old``, ``pkg.old.attr``) and path (``pkg/old.py``) in the checkout's text
   files is rewritten, longest names first, so that no prefix is rewritten twice.
 
 Afterwards ``ruff check --fix`` and ``ruff format`` sort and wrap the rewritten imports.
 
-    python -m devtools.relayout names sidecar.config sidecar.settings Config TargetConfig
-    python -m devtools.relayout defs sidecar.pidmap sidecar.records.gpu PidMatch
+    python -m devtools.relayout names pkg.old_module pkg.new_module Config TargetConfig
+    python -m devtools.relayout defs pkg.old_module sidecar.records.gpu PidMatch
     python -m devtools.relayout modules devtools/relayout_map.txt
 """
 
@@ -207,7 +207,9 @@ def submodule_imports(source: str, dotted: dict[str, str]) -> str:
 
 def move_modules(pairs: list[tuple[str, str]]) -> None:
     for old, new in pairs:
-        src, dst = module_path(old), module_path(new)
+        # A module's own file, never a package's __init__.py: `sidecar.config` (config.py) moves
+        # after `sidecar.config.settings` has made the folder sidecar/config/.
+        src, dst = ROOT / (old.replace(".", "/") + ".py"), module_path(new)
         if not src.is_file():
             sys.exit(f"{src} does not exist: fix the map")
         dst.parent.mkdir(parents=True, exist_ok=True)
@@ -216,12 +218,6 @@ def move_modules(pairs: list[tuple[str, str]]) -> None:
             init.write_text(f'"""{dst.parent.name}: see docs/design/layout.md."""\n')
             subprocess.run(["git", "add", str(init)], cwd=ROOT, check=True)
         subprocess.run(["git", "mv", str(src), str(dst)], cwd=ROOT, check=True)
-    dotted = dict(pairs)
-    for path in python_files():
-        source = path.read_text(encoding="utf-8")
-        out = submodule_imports(source, dotted)
-        if out != source:
-            path.write_text(out, encoding="utf-8")
     for path in text_files():
         try:
             text = path.read_text(encoding="utf-8")
@@ -229,6 +225,14 @@ def move_modules(pairs: list[tuple[str, str]]) -> None:
             continue
         out = rewrite_text(text, pairs)
         if out != text:
+            path.write_text(out, encoding="utf-8")
+    # After the text: `from sidecar.config import units` must not be read again as a module
+    # `sidecar.config` that moved.
+    dotted = dict(pairs)
+    for path in python_files():
+        source = path.read_text(encoding="utf-8")
+        out = submodule_imports(source, dotted)
+        if out != source:
             path.write_text(out, encoding="utf-8")
 
 

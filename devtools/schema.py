@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from sidecar.summary_io import summary_json_schema
+from sidecar.store.summary_io import summary_json_schema
 
 SCHEMA_PATH = Path(__file__).resolve().parents[1] / "configs" / "summary.schema.json"
 

@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from devtools.nvml_fixture import record_fixture  # noqa: E402
 from sidecar.gpu import (  # noqa: E402
     GpuReading,
     GpuSelection,
@@ -47,10 +48,9 @@ from sidecar.gpu import (  # noqa: E402
     gpu_figures,
     target_gpus,
 )
-from sidecar.gpu.record import record_fixture  # noqa: E402
-from sidecar.pidmap import PidMap  # noqa: E402
-from sidecar.procfs import ProcFs  # noqa: E402
 from sidecar.sizes import format_bytes, format_mib  # noqa: E402
+from sidecar.target.pidmap import PidMap  # noqa: E402
+from sidecar.target.procfs import ProcFs  # noqa: E402
 
 GIB = 1 << 30
 EXIT_PASS, EXIT_FAIL, EXIT_NO_GPU = 0, 1, 2

@@ -35,17 +35,17 @@ from typing import TYPE_CHECKING, Any
 from sidecar.errors import ConfigError, InputError, OutputError
 
 if TYPE_CHECKING:
-    from sidecar.advice import Finding
-    from sidecar.frames import DataFrame
+    from sidecar.advice.findings import Finding
+    from sidecar.config.settings import Config
+    from sidecar.dataframes import DataFrame
     from sidecar.records.summary import SnapshotSummary
-    from sidecar.settings import Config
 
 log = logging.getLogger("vllm_sidecar")
 
 PathLike = str | os.PathLike[str]
 When = str | datetime | None
 
-# Profiler's arguments -> the settings they set (sidecar/config.py), the CLI's flags' keys.
+# Profiler's arguments -> the settings they set (sidecar/config/load.py), the CLI's flags' keys.
 ARGUMENTS = {
     "pid": "target.pid", "pid_file": "target.pid_file", "discover": "target.discover",
     "proc_root": "target.proc_root", "host_proc": "target.host_proc",
@@ -97,7 +97,7 @@ class Profiler:
         """Sample the server for `seconds` (30, "30s", "2m") and write the snapshot; `progress`
         hears the line the CLI prints when py-spy has attached and the window begins."""
         from sidecar.commands import take_snapshot
-        from sidecar.settings import SnapshotOptions
+        from sidecar.config.settings import SnapshotOptions
 
         duration = _seconds(seconds)
         temporary = self.out is None
@@ -132,15 +132,15 @@ class Snapshot:
 
     def report(self) -> str:
         """The text `vllm-sidecar report` prints for this snapshot."""
-        from sidecar.report import render
+        from sidecar.report.text import render
 
         return render(self.summary)
 
     def findings(self, advice: PathLike | None = None) -> tuple[Finding, ...]:
         """What the report's `[Profile] Findings:` says, as records (most severe first):
         the packaged configs/advice.yaml, or ADVICE, your own rules file."""
-        from sidecar.advice import findings
-        from sidecar.advice_rules import load_advice
+        from sidecar.advice.findings import findings
+        from sidecar.advice.rules import load_advice
 
         return findings(self.summary, load_advice(Path(advice)) if advice is not None else None)
 
@@ -148,8 +148,8 @@ class Snapshot:
         """One row per (item, device): `item` is device (the host, each of the target's
         GPUs), process (its RSS on `host`, its memory on each GPU) or kv_cache; `used_bytes`,
         `total_bytes`, `share_of_total` (0-1). Missing readings are <NA>."""
-        from sidecar.breakdown import MEMORY_COLUMNS, memory_rows
-        from sidecar.frames import frame
+        from sidecar.analyze.breakdown import MEMORY_COLUMNS, memory_rows
+        from sidecar.dataframes import frame
 
         return frame(memory_rows(self.summary), MEMORY_COLUMNS)
 
@@ -157,15 +157,15 @@ class Snapshot:
         """One row per (scope, role, phase): `share_of_role` (0-1) of the role's samples over
         all its threads (`scope` all_threads, the report's table) or its processes' main
         threads (main_thread); `samples` behind an all-threads share."""
-        from sidecar.breakdown import COMPUTATION_COLUMNS, computation_rows
-        from sidecar.frames import frame
+        from sidecar.analyze.breakdown import COMPUTATION_COLUMNS, computation_rows
+        from sidecar.dataframes import frame
 
         return frame(computation_rows(self.summary), COMPUTATION_COLUMNS)
 
     def stacks(self) -> DataFrame:
         """stacks.parquet: one row per distinct stack (role, thread, phase, stage, weight in
         samples, the deciding frame and rule, the stack), as the README's table says."""
-        from sidecar.frames import read_stacks
+        from sidecar.dataframes import read_stacks
 
         return read_stacks(self.path / "stacks.parquet")
 
@@ -198,7 +198,7 @@ class Snapshot:
 def load(path: PathLike) -> Snapshot:
     """A snapshot folder on disk (or its summary.json), written by any version of the sidecar
     (schema 1 to 5); an InputError names what is wrong with it."""
-    from sidecar.summary_io import SUMMARY_NAME, read_summary
+    from sidecar.store.summary_io import SUMMARY_NAME, read_summary
 
     where = Path(path)
     if not where.exists():
@@ -223,8 +223,8 @@ def snapshots(
     the folders, as `trend` does, plus each folder's `path` for `load`. `since` and `until`:
     a duration back from now ("7d", "12h"), a UTC time ("2026-11-20T06:00"), a datetime, or
     None for no bound. `host` picks one of several hosts; `kind`: all, snapshot or baseline."""
-    from sidecar.frames import store_frame
-    from sidecar.trend_source import host_folder, load_table
+    from sidecar.dataframes import store_frame
+    from sidecar.trend.source import host_folder, load_table
 
     if kind not in ("all", "snapshot", "baseline"):
         raise ConfigError(f"kind={kind!r}: give 'all', 'snapshot' or 'baseline'")
@@ -241,9 +241,9 @@ def snapshots(
 def _config(given: dict[str, Any], path: PathLike | None) -> Config:
     """The arguments given (not None) on top of `config` and the environment, as `snapshot`
     builds its config from its flags."""
-    from sidecar.config import load_config
+    from sidecar.config.load import load_config
+    from sidecar.config.settings import SNAPSHOT_DEFAULTS
     from sidecar.doctor import check_rule_files
-    from sidecar.settings import SNAPSHOT_DEFAULTS
 
     if given["pid"] is not None and given["discover"]:
         raise ConfigError("give Profiler(pid=PID) or Profiler(discover=True), not both")
@@ -268,7 +268,7 @@ def _origin(key: str) -> str:
 
 
 def _seconds(value: float | str) -> float:
-    from sidecar import units
+    from sidecar.config import units
 
     try:
         seconds = float(units.SECONDS.parse(value))
@@ -280,7 +280,7 @@ def _seconds(value: float | str) -> float:
 
 
 def _when(value: When, name: str, now: float) -> datetime | None:
-    from sidecar import units
+    from sidecar.config import units
 
     if value is None:
         return None

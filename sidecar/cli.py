@@ -15,20 +15,26 @@ from typing import TYPE_CHECKING, Any
 import click
 from click.core import ParameterSource
 
-from sidecar import units
-from sidecar.aggregate import label_stacks
-from sidecar.classifier import STEP_PHASES, Classifier
-from sidecar.config import FLAGS, check_fleet_target, load_config, snapshot_options, unit_of
+from sidecar.classify.aggregate import label_stacks
+from sidecar.classify.classifier import STEP_PHASES, Classifier
+from sidecar.classify.rules import load_rules
+from sidecar.config import units
+from sidecar.config.load import (
+    FLAGS,
+    check_fleet_target,
+    load_config,
+    snapshot_options,
+    unit_of,
+)
+from sidecar.config.settings import SNAPSHOT_DEFAULTS, Config, SnapshotOptions
+from sidecar.config.units import Unit
 from sidecar.doctor import check_rule_files
 from sidecar.errors import ConfigError, SidecarError, exit_code
 from sidecar.parsers import parse_file
-from sidecar.render import phase_table, table
-from sidecar.rules import load_rules
-from sidecar.settings import SNAPSHOT_DEFAULTS, Config, SnapshotOptions
-from sidecar.units import Unit
+from sidecar.tables import phase_table, table
 
 if TYPE_CHECKING:
-    from sidecar.advice_rules import AdviceRules
+    from sidecar.advice.rules import AdviceRules
     from sidecar.records import Role, StackSample
 
 
@@ -39,7 +45,7 @@ def cli() -> None:
 
 
 # ---------------------------------------------------------------------------------- settings
-# One config model for `snapshot`, `run` and `doctor` (sidecar/config.py): each setting flag
+# One config model for `snapshot`, `run` and `doctor` (sidecar/config/load.py): each setting flag
 # overrides --config and the environment, and is parsed in the setting's unit there, so an error
 # names the flag. A flag left out leaves the file's value alone (click's defaults only show).
 
@@ -215,9 +221,9 @@ def classify(
 
 
 def _explain(classifier: Classifier, files: tuple[Path, ...], as_json: bool, limit: int) -> None:
-    from sidecar.explain import as_json as explained_json
-    from sidecar.explain import as_text, explain
-    from sidecar.stacks import read_input
+    from sidecar.classify.explain import as_json as explained_json
+    from sidecar.classify.explain import as_text, explain
+    from sidecar.store.stacks import read_input
 
     stacks: list[StackSample] = []
     roles: list[Role | None] = []
@@ -255,9 +261,9 @@ def rules_group() -> None:
 def rules_suggest(source: Path, rules: Path | None, top: int, idle_waits: bool, fmt: str) -> None:
     """The most frequent frames in `other`, each with a rule skeleton to paste into phases.yaml
     (checked: pasted into a copy of the rules file, it loads) and the samples it would move."""
-    from sidecar.rules import default_rules_path
-    from sidecar.stacks import read_input
-    from sidecar.suggest import as_text, suggest
+    from sidecar.classify.rules import default_rules_path
+    from sidecar.classify.suggest import as_text, suggest
+    from sidecar.store.stacks import read_input
 
     path = rules or default_rules_path()
     ruleset = load_rules(path)
@@ -292,7 +298,7 @@ def rules_suggest(source: Path, rules: Path | None, top: int, idle_waits: bool, 
 def snapshot(**kwargs: object) -> None:
     """Sample a vLLM server for one window and write a snapshot folder under --out."""
     from sidecar.commands import take_snapshot  # keeps `classify` free of the sampler's imports
-    from sidecar.report import caveats
+    from sidecar.report.text import caveats
 
     config, options = _snapshot_settings(click.get_current_context())
     folder, summary = take_snapshot(
@@ -356,10 +362,10 @@ def report(
     """Print the profile of one snapshot: memory, computation time, throughput, findings
     (what to change, with the evidence), breakdowns. With --format html, SNAPSHOT may be an
     output folder: its latest snapshot is shown."""
-    from sidecar.advice_rules import load_advice
-    from sidecar.report import render, report_data
-    from sidecar.summary_io import read_summary
-    from sidecar.writers import to_jsonable
+    from sidecar.advice.rules import load_advice
+    from sidecar.report.text import render, report_data
+    from sidecar.store.summary_io import read_summary
+    from sidecar.store.writers import to_jsonable
 
     rules = load_advice(advice) if advice is not None else None
     if fmt == "html":
@@ -379,8 +385,8 @@ def _report_page(
 ) -> None:
     from importlib.metadata import version
 
-    from sidecar.report_page import render_page
-    from sidecar.report_page_io import default_name, page_inputs, write_page
+    from sidecar.report.page import render_page
+    from sidecar.report.page_inputs import default_name, page_inputs, write_page
 
     generator = f"vllm-sidecar {version('vllm-sidecar')}"
     inputs = page_inputs(path, host, generator, note=lambda line: click.echo(line, err=True),
@@ -421,11 +427,19 @@ def diff(sides: tuple[str, ...], baseline_of: Path | None, since: str | None,
          advice: Path | None) -> None:  # fmt: skip
     """What changed from A to B, and is it real? A and B: snapshot folders, or output folders
     narrowed to a time range (PATH@SINCE..UNTIL, or --since/--until)."""
-    from sidecar.advice import finding_changes
-    from sidecar.advice_rules import load_advice
-    from sidecar.compare import compare
-    from sidecar.diff import Range, baseline_sides, gate, now, parse_time, render_text, side_from
-    from sidecar.diff import to_json as diff_json
+    from sidecar.advice.findings import finding_changes
+    from sidecar.advice.rules import load_advice
+    from sidecar.analyze.compare import compare
+    from sidecar.diff.sides import (
+        Range,
+        baseline_sides,
+        gate,
+        now,
+        parse_time,
+        render_text,
+        side_from,
+    )
+    from sidecar.diff.sides import to_json as diff_json
 
     threshold = None
     if fail_on is not None:
@@ -482,7 +496,7 @@ def flamegraph(snapshot_dir: Path, other: Path | None, out: str | None, min_widt
     """Draw a snapshot's stacks as a flame graph (SVG) and a speedscope profile (JSON)."""
     from importlib.metadata import version
 
-    from sidecar.flame_io import draw, draw_diff
+    from sidecar.flame.files import draw, draw_diff
 
     if other is not None:
         paths = draw_diff(snapshot_dir, other, out, min_width / 100)
@@ -532,8 +546,8 @@ def trend(out: Path, host: str | None, since: str, until: str | None, kind: str,
     """Phase shares and serving figures over many snapshots, with their level changes."""
     import time as _time
 
-    from sidecar.trend import TrendOptions, compute_trend, render_text, trend_json
-    from sidecar.trend_source import folder_label, host_folder, load_table
+    from sidecar.trend.series import TrendOptions, compute_trend, render_text, trend_json
+    from sidecar.trend.source import folder_label, host_folder, load_table
 
     end = _when(until, "--until", now=_time.time()) if until else None
     start = _when(since, "--since", now=end.timestamp() if end else _time.time())
@@ -542,7 +556,7 @@ def trend(out: Path, host: str | None, since: str, until: str | None, kind: str,
     options = TrendOptions(start=start, end=end, kind=kind, series=series)
     result = compute_trend(table.to_pandas(), options, host=folder_label(folder))
     if plot is not None:
-        from sidecar.trend_plot import save_png, trend_figure
+        from sidecar.trend.plot import save_png, trend_figure
 
         save_png(trend_figure(result), plot)
         click.echo(f"plot: {plot}", err=True)
@@ -577,10 +591,10 @@ def aggregate(sources: tuple[str, ...], since: str | None, until: str | None, fm
     SOURCE: an output folder (a host folder per host), one host folder, or s3://bucket/prefix."""
     import time as _time
 
-    from sidecar.fleet import aggregate as fleet_report
-    from sidecar.fleet import render_text as fleet_text
-    from sidecar.fleet import to_json as fleet_json
-    from sidecar.fleet_source import load_fleet
+    from sidecar.fleet.report import aggregate as fleet_report
+    from sidecar.fleet.report import render_text as fleet_text
+    from sidecar.fleet.report import to_json as fleet_json
+    from sidecar.fleet.source import load_fleet
 
     now = _time.time()
     end = _when(until, "--until", now=now) if until else None
@@ -611,7 +625,7 @@ def export() -> None:
 def export_tensorboard(out: Path, logdir: Path, host: str | None) -> None:
     """One TensorBoard step per snapshot under OUT (phase shares per role, serving figures,
     memory, findings), at the snapshot's time. Re-exporting rewrites each run: no step twice."""
-    from sidecar.tb_export import export_tensorboard as export_runs
+    from sidecar.tensorboard.scalars import export_tensorboard as export_runs
 
     runs = export_runs(out, logdir, host, note=lambda line: click.echo(line, err=True))
     for run in runs:
@@ -633,9 +647,9 @@ def _when(text: str, flag: str, now: float) -> datetime:
 @_setting_options(Config(), DAEMON_SETTINGS)
 def run(**kw: Any) -> None:
     """Profile vLLM on a schedule: snapshots, hourly baselines, a Prometheus endpoint."""
-    from sidecar.daemon import Daemon
-    from sidecar.logs import setup_logging
-    from sidecar.multi_target import MultiTargetDaemon
+    from sidecar.daemon.logs import setup_logging
+    from sidecar.daemon.loop import Daemon
+    from sidecar.daemon.multi_target import MultiTargetDaemon
 
     config, path, flags = _settings(click.get_current_context(), DAEMON_SETTINGS, Config())
     check_fleet_target(config)
@@ -689,7 +703,7 @@ def doctor(**kw: Any) -> None:
 def trigger(config_path: Path | None, out: Path | None, socket_file: Path | None,
             reason: str) -> None:  # fmt: skip
     """Take a snapshot now in the running daemon (over its local socket); prints its folder."""
-    from sidecar.triggers import request_snapshot, socket_path
+    from sidecar.daemon.triggers import request_snapshot, socket_path
 
     config = load_config(config_path)
     path = socket_file or socket_path(config.trigger.socket, out or Path(config.output.dir))

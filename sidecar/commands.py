@@ -9,26 +9,26 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sidecar.classifier import Classifier
-from sidecar.discovery import configured_target
-from sidecar.pipeline import (
+from sidecar.classify.classifier import Classifier
+from sidecar.classify.rules import load_rules
+from sidecar.records.summary import SnapshotSummary
+from sidecar.sampling.pyspy import SubprocessPySpy, whole_rate
+from sidecar.sampling.sampler import RateController, Sampler
+from sidecar.store.writers import write_snapshot
+from sidecar.target.discovery import configured_target
+from sidecar.target.procfs import ProcFs
+from sidecar.vllm_metrics import HttpMetricsSource
+from sidecar.vllm_metrics.custom import custom_reader
+from sidecar.window.pipeline import (
     WindowReaders,
     host_procfs,
     metrics_for,
     open_gpu_reader,
     profile_window,
 )
-from sidecar.procfs import ProcFs
-from sidecar.pyspy import SubprocessPySpy, whole_rate
-from sidecar.records.summary import SnapshotSummary
-from sidecar.rules import load_rules
-from sidecar.sampler import RateController, Sampler
-from sidecar.vllm_metrics import HttpMetricsSource
-from sidecar.vllm_metrics.custom import custom_reader
-from sidecar.writers import write_snapshot
 
 if TYPE_CHECKING:
-    from sidecar.settings import Config, SnapshotOptions
+    from sidecar.config.settings import Config, SnapshotOptions
 
 log = logging.getLogger("vllm_sidecar")
 

@@ -11,35 +11,29 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TypeVar
 
-from sidecar.advice_rules import load_advice
-from sidecar.discovery import Deployment, configured_target, deployment_id, find_all
-from sidecar.errors import ConfigError, SidecarError
-from sidecar.pipeline import metrics_source_for, open_gpu_reader
-from sidecar.procfs import ProcFs
-from sidecar.pyspy import PTRACE_HELP, SubprocessPySpy, explain_failure
-from sidecar.rules import load_rules
-from sidecar.settings import Config
+from sidecar.advice.rules import load_advice
+from sidecar.classify.rules import load_rules
+from sidecar.config.settings import Config, load_named
+from sidecar.errors import SidecarError
+from sidecar.sampling.pyspy import PTRACE_HELP, SubprocessPySpy, explain_failure
+from sidecar.target.discovery import Deployment, configured_target, deployment_id, find_all
+from sidecar.target.procfs import ProcFs
 from sidecar.vllm_metrics import HttpMetricsSource, MetricsScrape, take_scrape
 from sidecar.vllm_metrics.custom import probe
+from sidecar.window.pipeline import metrics_source_for, open_gpu_reader
 
 CAP_SYS_PTRACE = 19
 _T = TypeVar("_T")
 
 
 def check_rule_files(config: Config) -> None:
-    """The rules and advice files `config` names, loaded once at start and on reload, so that a
-    broken one fails there (exit 2) rather than in a window; the error names the setting and
-    where it was given. The built-in files are tested with the package, not re-read."""
+    """The rules and advice files `config` names, loaded once at start, so that a broken one
+    fails there (exit 2) rather than in a window; the daemon's parts load them the same way
+    (`load_named`) on a reload. The built-in files are tested with the package, not re-read."""
     if config.rules is not None:
-        try:
-            load_rules(config.rules)
-        except ConfigError as exc:
-            raise ConfigError(f"rules: {exc} ({config.origin('rules')})") from None
+        load_named(config, "rules", load_rules)
     if config.advice is not None:
-        try:
-            load_advice(config.advice)
-        except ConfigError as exc:
-            raise ConfigError(f"advice: {exc} ({config.origin('advice')})") from None
+        load_named(config, "advice", load_advice)
 
 
 class Status(StrEnum):
@@ -86,7 +80,7 @@ def sampler_checks(config: Config) -> list[Check]:
     (one per host or deployment folder): per process the rate asked of py-spy against the rate
     achieved, py-spy's errors and lateness, and the sidecar's CPU (py-spy's and its own)
     against its budget."""
-    from sidecar.summary_io import read_summary
+    from sidecar.store.summary_io import read_summary
 
     by_store: dict[Path, list[Path]] = {}
     for summary in sorted(Path(config.output.dir).glob("*/**/2*/summary.json")):
@@ -269,8 +263,8 @@ def _output(config: Config) -> Check:
 
 
 def _upload(config: Config) -> Check:
-    """Credentials in the AWS chain, and the bucket listed (sidecar/objectstore.py)."""
-    from sidecar.objectstore import probe
+    """Credentials in the AWS chain, and the bucket listed (sidecar/store/objectstore.py)."""
+    from sidecar.store.objectstore import probe
 
     found = probe(config.upload)
     return Check("upload", Status.OK if found.ok else Status.FAIL, found.detail, found.fix)

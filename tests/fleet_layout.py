@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from fsspec.spec import AbstractFileSystem
 
-from sidecar.summary_io import read_summary
-from sidecar.trend_table import TrendTable, rows_to_table, summary_row, table_schema
+from sidecar.store.summary_io import read_summary
+from sidecar.store.trend_table import TrendTable, rows_to_table, summary_row, table_schema
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 STEADY = sorted((FIXTURES / "diff" / "steady-mixed").iterdir())
@@ -60,7 +60,7 @@ def upload(
     rows_for: str | None = None,
     fs: AbstractFileSystem | None = None,
 ) -> None:
-    """The uploader's layout (sidecar/upload.py): Hive partitions
+    """The uploader's layout (sidecar/store/upload.py): Hive partitions
     host=<host>/deployment=<model@port>/date=<YYYY-MM-DD>/<snapshot>/ holding the folder's files
     and, for the host `rows_for`, its row of the table (row.parquet, written last)."""
     fs = fs or fsspec.filesystem("memory")

@@ -18,7 +18,7 @@ pynvml's shapes and units, or the error it raised:
 
 A key that is absent answers NVML_ERROR_NOT_SUPPORTED (a fixture says what a card has);
 `{sequence: [a, b]}` answers a, then b, then b again, for readings that change between
-ticks. `sidecar.gpu.record.record_fixture` writes the same format from a live `PynvmlApi`
+ticks. `devtools.nvml_fixture.record_fixture` writes the same format from a live `PynvmlApi`
 (`scripts/gpu_check.py --record`).
 """
 

@@ -13,9 +13,9 @@ import json
 import shutil
 from pathlib import Path
 
-from sidecar.store import Retention, SnapshotStore
-from sidecar.summary_io import read_summary
-from sidecar.trend_table import TrendTable, summary_row
+from sidecar.store.folders import Retention, SnapshotStore
+from sidecar.store.summary_io import read_summary
+from sidecar.store.trend_table import TrendTable, summary_row
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HOST = "gpu-node-1"

@@ -91,7 +91,7 @@ HELP: Mapping[str, tuple[str, str]] = {
     "upload_failures": ("counter", "Failed upload tries; each doubles the wait before the next."),
     "snapshots_uploaded": ("counter", "Snapshot folders uploaded and confirmed by a listing."),
     "stalled_seconds": ("gauge", "How long the engine has made no progress with work pending, "
-                        "by the role it is stuck in (sidecar/hang.py); 0 when it is not."),
+                        "by the role it is stuck in (sidecar/daemon/hang.py); 0 when it is not."),
     "engine_state": ("gauge", "1 for the hang watch's latest judgement of the engine (ok, idle, "
                      "long_step, stalled, unknown), 0 for the others."),
     "stall_incidents": ("counter", "Stalls raised (each writes an incident with native dumps)."),

@@ -16,10 +16,10 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, start_http_server
 
+from sidecar.config.listen import ListenAddress, parse_listen
 from sidecar.errors import ConfigError
 from sidecar.exporter.collector import SidecarCollector
 from sidecar.exporter.state import ExporterGroup, ExporterState
-from sidecar.listen import ListenAddress, parse_listen
 
 
 @dataclass(slots=True)

@@ -10,9 +10,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from sidecar.advice import Finding
+from sidecar.advice.findings import Finding
 from sidecar.records.summary import SnapshotSummary
-from sidecar.upload import UploadStatus
+from sidecar.store.upload import UploadStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +48,7 @@ class ScheduleState:
 
 @dataclass(frozen=True, slots=True)
 class StallState:
-    """The hang watch's latest judgement (sidecar/hang.py)."""
+    """The hang watch's latest judgement (sidecar/daemon/hang.py)."""
 
     state: str  # unknown, idle, ok, long_step, stalled
     stalled_s: Mapping[str, float]  # role -> seconds stalled (0 for the engine roles not)
@@ -89,7 +89,8 @@ class ExporterState:
         labels: Mapping[str, str] | None = None,
     ) -> None:
         """`labels`: what every series of this state carries besides `host`; a fleet daemon
-        gives each deployment its `deployment`, `model` and `port` (sidecar/multi_target.py)."""
+        gives each deployment its `deployment`, `model` and `port`
+        (sidecar/daemon/multi_target.py)."""
         self.host = host or socket.gethostname()
         self.clock = clock
         self.labels: dict[str, str] = dict(labels or {})
@@ -173,7 +174,7 @@ class ExporterState:
             self._view = replace(self._view, summary=None, findings=(), root_pid=None)
 
     def update_upload(self, status: UploadStatus | None) -> None:
-        """From the upload thread (sidecar/upload.py): the lock makes the swap whole."""
+        """From the upload thread (sidecar/store/upload.py): the lock makes the swap whole."""
         with self._lock:
             self._view = replace(self._view, upload=status)
 

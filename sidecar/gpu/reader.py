@@ -33,7 +33,6 @@ from sidecar.gpu.policy import (
     Outcome,
     rule_for,
 )
-from sidecar.pidmap import PidMap
 from sidecar.records.gpu import (
     CPU_MODE,
     GpuDevice,
@@ -43,6 +42,7 @@ from sidecar.records.gpu import (
     PidMatch,
     ProcessKind,
 )
+from sidecar.target.pidmap import PidMap
 
 log = logging.getLogger("vllm_sidecar.gpu")
 T = TypeVar("T")

@@ -1,6 +1,6 @@
 """What the readers saw over a window, as frozen records: processes (psutil), the host's memory,
 and vLLM's own serving figures (/metrics). The adapters that produce them live in
-`sidecar.resources` and `sidecar.vllm_metrics`; these records import neither."""
+`sidecar.target.resources` and `sidecar.vllm_metrics`; these records import neither."""
 
 from __future__ import annotations
 

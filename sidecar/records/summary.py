@@ -2,7 +2,7 @@
 
 Every reader (report, exporter, and what compares snapshots) takes a `SnapshotSummary`, never a
 dict read by string key. On disk the summary is this record as JSON, with `schema` saying which
-version of the contract wrote it; `sidecar.summary_io` reads every version written so far
+version of the contract wrote it; `sidecar.store.summary_io` reads every version written so far
 (snapshots and baselines are kept for months) and `configs/summary.schema.json` publishes the
 current one as JSON Schema.
 
@@ -21,7 +21,8 @@ Versions:
      with none (custom = ()).
   5  threads: per sampled thread, the share of its samples outside `idle` next to its own CPU
      time over the window from /proc/PID/task/TID/stat, and whether the two agree within the
-     sampling error (sidecar.groundtruth). Summaries of 1 to 4 read with none (threads = ()).
+     sampling error (sidecar.classify.groundtruth). Summaries of 1 to 4 read with none
+     (threads = ()).
 """
 
 from __future__ import annotations
@@ -182,7 +183,7 @@ class GpuSection:
 
 
 class Agreement(StrEnum):
-    """How a thread's samples and its /proc CPU time compare (sidecar.groundtruth)."""
+    """How a thread's samples and its /proc CPU time compare (sidecar.classify.groundtruth)."""
 
     AGREE = "agree"  # /proc's CPU share lies inside the samples' interval
     CPU_ABOVE = "cpu_above"  # /proc saw more work than the samples show: flagged

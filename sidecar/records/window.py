@@ -1,7 +1,8 @@
 """The sampling stage's frozen records: one window of stacks, its segments, each process's
 py-spy over it; and windows put together (a continuous hour's periods as its baseline).
 
-Records only: taking a window is sidecar/sampler.py's, writing it sidecar/snapshot.py's.
+Records only: taking a window is sidecar/sampling/sampler.py's, writing it
+sidecar/window/snapshot.py's.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Custom metrics over a window: the operator's extra Prometheus series (config
-`custom_metrics`, sidecar/custom_spec.py), from vLLM's /metrics or another URL.
+`custom_metrics`, sidecar/config/custom_metrics.py), from vLLM's /metrics or another URL.
 
     reader = CustomReader(specs, vllm_url, sources)   # sources: URL -> MetricsSource
     started = reader.start()                          # the other URLs' first scrapes
@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sidecar.custom_spec import CustomMetricSpec
+from sidecar.config.custom_metrics import CustomMetricSpec
 from sidecar.records.readings import CustomMetric
 from sidecar.vllm_metrics.scrape import LabelSet, MetricsScrape, finite
 from sidecar.vllm_metrics.source import HttpMetricsSource, MetricsSource, take_scrape

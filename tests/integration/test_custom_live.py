@@ -21,8 +21,8 @@ from devtools import sidecar_proc
 from devtools.diff_windows import cli, steady_load
 from devtools.server import VllmServer, free_port, wait_listening
 from devtools.step_exporter import QUEUE
-from sidecar.report import render
-from sidecar.summary_io import read_summary
+from sidecar.report.text import render
+from sidecar.store.summary_io import read_summary
 
 pytestmark = pytest.mark.integration
 STEP = 42

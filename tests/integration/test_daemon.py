@@ -22,8 +22,8 @@ import pytest
 
 from devtools import sidecar_proc
 from devtools.server import VllmServer, free_port
-from sidecar.store import StoredSnapshot
-from sidecar.trend_table import PARTS_DIR
+from sidecar.store.folders import StoredSnapshot
+from sidecar.store.trend_table import PARTS_DIR
 
 pytestmark = pytest.mark.integration
 SIDECAR = str(Path(sys.executable).with_name("vllm-sidecar"))

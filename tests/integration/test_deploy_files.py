@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 import yaml
 
-from sidecar.config import load_config
+from sidecar.config.load import load_config
+from sidecar.config.settings import Config
 from sidecar.errors import ConfigError, SamplerError
-from sidecar.settings import Config
 
 pytestmark = pytest.mark.integration
 

@@ -23,22 +23,22 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from sidecar.advice import Finding
-from sidecar.classifier import Classifier
+from sidecar.advice.findings import Finding
+from sidecar.classify.classifier import Classifier
+from sidecar.classify.rules import load_rules
+from sidecar.config.listen import ListenAddress, parse_listen
 from sidecar.errors import ConfigError
 from sidecar.exporter import ExporterHandle, ExporterState, start_exporter
 from sidecar.gpu import NvmlReader
-from sidecar.kvcache import KvInputs, kv_cache
-from sidecar.listen import ListenAddress, parse_listen
 from sidecar.parsers import parse_file
 from sidecar.records import Phase, ProcessInfo, Role
 from sidecar.records.readings import HostMemory
 from sidecar.records.summary import SnapshotSummary
 from sidecar.records.window import Window
-from sidecar.rules import load_rules
-from sidecar.snapshot import Readings, build_snapshot
+from sidecar.target.kvcache import KvInputs, kv_cache
 from sidecar.version import sidecar_version
 from sidecar.vllm_metrics import parse_scrape, serving_figures
+from sidecar.window.snapshot import Readings, build_snapshot
 from tests import promtools
 from tests.nvml_double import RecordedNvml
 

@@ -17,9 +17,9 @@ import pytest
 from PIL import Image
 
 from sidecar.cli import main
-from sidecar.flame import build_tree, layout
-from sidecar.flame_svg import PHASE_COLOURS, STRUCTURE_COLOUR
-from sidecar.stacks import read_stack_rows
+from sidecar.flame.graph import build_tree, layout
+from sidecar.flame.svg import PHASE_COLOURS, STRUCTURE_COLOUR
+from sidecar.store.stacks import read_stack_rows
 
 SNAPSHOT = Path(__file__).resolve().parents[1] / "fixtures" / "flame" / "prefill-heavy"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

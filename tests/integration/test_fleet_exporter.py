@@ -1,4 +1,4 @@
-"""The fleet's exporter endpoint (sidecar/multi_target.py): one scrape with a group of deployments,
+"""The fleet's exporter endpoint (sidecar/daemon/multi_target.py): one scrape with a group of deployments,
 each told apart by its labels, read by prometheus_client's parser and linted by `promtool check
 metrics` (no lint the single-target exporter does not have). The summary is test_exporter's,
 from the real pipeline over recorded inputs."""

@@ -1,4 +1,4 @@
-"""One daemon, several real vLLM CPU servers on this host (sidecar/multi_target.py): it profiles both,
+"""One daemon, several real vLLM CPU servers on this host (sidecar/daemon/multi_target.py): it profiles both,
 one stops and a third starts, the others lose nothing, and the exporter tells them apart.
 
 The daemon runs as operators run it (the console script, a config with `targets:`), signalled
@@ -24,8 +24,8 @@ import pytest
 from devtools import sidecar_proc
 from devtools.server import VllmServer, free_port
 from sidecar.cli import main
-from sidecar.store import SNAPSHOT_NAME
-from sidecar.trend_source import host_folders
+from sidecar.store.folders import SNAPSHOT_NAME
+from sidecar.trend.source import host_folders
 
 pytestmark = pytest.mark.integration
 SIDECAR = str(Path(sys.executable).with_name("vllm-sidecar"))

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from sidecar.cli import main
-from sidecar.fleet import aggregate
-from sidecar.fleet_source import load_fleet
+from sidecar.fleet.report import aggregate
+from sidecar.fleet.source import load_fleet
 from tests.fleet_layout import FLAME, OTHER_PORT, copy, two_hosts, upload
 
 moto_server = pytest.importorskip("moto.server", reason="moto (the S3 API server) not installed")

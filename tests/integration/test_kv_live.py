@@ -10,7 +10,7 @@ import pytest
 
 from devtools.server import VllmServer
 from sidecar.cli import main
-from sidecar.summary_io import read_summary
+from sidecar.store.summary_io import read_summary
 
 pytestmark = pytest.mark.integration
 

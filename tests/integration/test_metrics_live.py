@@ -11,7 +11,7 @@ import pytest
 
 from devtools.loadgen import run_load
 from devtools.server import VllmServer
-from sidecar.procfs import parse_cmdline
+from sidecar.target.procfs import parse_cmdline
 from sidecar.vllm_metrics import (
     HttpMetricsSource,
     MetricsScrape,

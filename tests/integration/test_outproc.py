@@ -20,13 +20,13 @@ WRITE = """
 import json, sys
 from pathlib import Path
 from sidecar import outproc
-from sidecar.classifier import Classifier
+from sidecar.classify.classifier import Classifier
 from sidecar.parsers import parse_raw
 from sidecar.records import ProcessInfo, Role
-from sidecar.rules import load_rules
-from sidecar.sampler import Window
-from sidecar.snapshot import build_snapshot
-from sidecar.store import Retention, SnapshotStore
+from sidecar.classify.rules import load_rules
+from sidecar.sampling.sampler import Window
+from sidecar.window.snapshot import build_snapshot
+from sidecar.store.folders import Retention, SnapshotStore
 
 outproc.enable()
 raw = Path(sys.argv[1]).read_text()

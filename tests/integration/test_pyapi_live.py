@@ -21,7 +21,7 @@ from devtools.server import VllmServer
 from sidecar import load
 from sidecar.cli import main
 from sidecar.commands import SAMPLING_LINE
-from sidecar.pyspy import ATTACH_GRACE_S
+from sidecar.sampling.pyspy import ATTACH_GRACE_S
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from sidecar.parsers import parse_raw
-from sidecar.pyspy import RecordOutcome, RecordRequest, SubprocessPySpy
+from sidecar.sampling.pyspy import RecordOutcome, RecordRequest, SubprocessPySpy
 from tests.integration.targets import python_target
 
 pytestmark = pytest.mark.integration

@@ -19,12 +19,12 @@ import pytest
 from PIL import Image
 
 from sidecar.cli import main
-from sidecar.flame import build_tree, layout
-from sidecar.flame_svg import PHASE_COLOURS
-from sidecar.report import profile_block
-from sidecar.report_page_assets import BROKEN_ATTR, ERRORS_ATTR, LOADED_ATTR
-from sidecar.stacks import read_stack_rows
-from sidecar.summary_io import read_summary
+from sidecar.flame.graph import build_tree, layout
+from sidecar.flame.svg import PHASE_COLOURS
+from sidecar.report.page_assets import BROKEN_ATTR, ERRORS_ATTR, LOADED_ATTR
+from sidecar.report.text import profile_block
+from sidecar.store.stacks import read_stack_rows
+from sidecar.store.summary_io import read_summary
 from tests.html_dom import Node, cells, parse
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "flame"

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.classifier import Classifier
+from sidecar.classify.classifier import Classifier
+from sidecar.classify.rules import load_rules
 from sidecar.parsers import parse_file
 from sidecar.records.window import Window
-from sidecar.rules import load_rules
-from sidecar.snapshot import Snapshot, build_snapshot
-from sidecar.store import DiskState, Retention, SnapshotStore
-from sidecar.trend_table import PARTS_DIR, TABLE_NAME
+from sidecar.store.folders import DiskState, Retention, SnapshotStore
+from sidecar.store.trend_table import PARTS_DIR, TABLE_NAME
+from sidecar.window.snapshot import Snapshot, build_snapshot
 
 pytestmark = pytest.mark.integration
 

@@ -1,6 +1,6 @@
 """Uploads against a real S3 API server on loopback: moto in server mode (`python -m
 moto.server`), a subprocess on a free port, killed and restarted by the tests; s3fs and
-botocore as in production (sidecar/objectstore.py). The snapshot folders are real ones from
+botocore as in production (sidecar/store/objectstore.py). The snapshot folders are real ones from
 tests/fixtures (tests/upload_store.py); what arrived is read back with boto3 and DuckDB, not
 through the code under test."""
 
@@ -18,11 +18,11 @@ import duckdb
 import pytest
 import s3fs
 
-from sidecar.objectstore import FsspecStore, open_object_store, probe
-from sidecar.parts import open_uploader
-from sidecar.settings import Config, UploadConfig
-from sidecar.store import SnapshotStore
-from sidecar.upload import MARKERS_DIR, ROW_NAME, Uploader, UploadStatus, UploadThread
+from sidecar.config.settings import Config, UploadConfig
+from sidecar.daemon.parts import open_uploader
+from sidecar.store.folders import SnapshotStore
+from sidecar.store.objectstore import FsspecStore, open_object_store, probe
+from sidecar.store.upload import MARKERS_DIR, ROW_NAME, Uploader, UploadStatus, UploadThread
 from tests.moto_server import BUCKET, MotoServer
 from tests.upload_store import HOST, folder_files, real_output
 
@@ -185,10 +185,10 @@ def test_the_daemon_uploads_its_windows_and_a_restart_finishes_what_its_stop_cut
     folder between windows, and the stop cuts the backlog."""
     from dataclasses import replace
 
-    from sidecar.daemon import Daemon
-    from sidecar.parts import Builders
-    from sidecar.pyspy import SubprocessPySpy
-    from sidecar.settings import OutputConfig
+    from sidecar.config.settings import OutputConfig
+    from sidecar.daemon.loop import Daemon
+    from sidecar.daemon.parts import Builders
+    from sidecar.sampling.pyspy import SubprocessPySpy
     from tests.unit.test_daemon_loop import CONFIG, INTERVAL, T0, World, deployment, rules
 
     output = OutputConfig(dir=tmp_path / "out", retention_days=3650,

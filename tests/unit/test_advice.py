@@ -12,9 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.advice import evaluate, finding_changes, findings, render_changes, render_findings
-from sidecar.advice_figures import figures_of
-from sidecar.advice_rules import load_advice, parse_advice
+from sidecar.advice.figures import figures_of
+from sidecar.advice.findings import (
+    evaluate,
+    finding_changes,
+    findings,
+    render_changes,
+    render_findings,
+)
+from sidecar.advice.rules import load_advice, parse_advice
 from sidecar.cli import main
 from sidecar.errors import ConfigError
 from sidecar.exporter import ExporterState, SidecarCollector
@@ -22,7 +28,7 @@ from sidecar.gpu import NvmlReader, target_gpus
 from sidecar.records.gpu import GpuUtilization
 from sidecar.records.readings import KvCache
 from sidecar.records.summary import GpuSection, SnapshotSummary
-from sidecar.summary_io import read_summary
+from sidecar.store.summary_io import read_summary
 from tests.nvml_double import RecordedNvml
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -334,7 +340,7 @@ def test_exporter_has_one_gauge_per_active_finding() -> None:
 def test_the_config_names_the_operators_rules_and_a_broken_file_fails_the_start(
     tmp_path: Path,
 ) -> None:
-    from sidecar.config import load_config
+    from sidecar.config.load import load_config
     from sidecar.doctor import check_rule_files
 
     mine = tmp_path / "advice.yaml"

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from sidecar.advice_expr import ExprError, evaluate, is_condition, names, parse
+from sidecar.advice.expr import ExprError, evaluate, is_condition, names, parse
 
 FIG = {"a": 2.0, "b": 0.5, "zero": 0.0}
 

@@ -1,5 +1,5 @@
 """Change points on synthetic series: a level shift of 5 sigma is found within one point, a flat
-noisy series gives none (seeded Gaussian noise; the penalty is in sidecar/changepoints.py); the
+noisy series gives none (seeded Gaussian noise; the penalty is in sidecar/trend/changepoints.py); the
 numpy PELT finds ruptures' breaks."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sidecar.changepoints import MIN_SIZE, change_points, noise_sigma, pelt, penalty
+from sidecar.trend.changepoints import MIN_SIZE, change_points, noise_sigma, pelt, penalty
 
 
 @pytest.mark.parametrize("seed", range(10))

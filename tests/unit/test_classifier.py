@@ -12,9 +12,9 @@ import re
 
 import pytest
 
-from sidecar.classifier import Classifier, classify_frames, own_frames
+from sidecar.classify.classifier import Classifier, classify_frames, own_frames
+from sidecar.classify.rules import load_rules
 from sidecar.records import Frame, Phase, Role, StackSample, Stage
-from sidecar.rules import load_rules
 
 RULES = load_rules()
 _FRAME = re.compile(r"^(?P<fn>.+?) \((?P<file>[^():]+)(?::(?P<line>\d+))?\)$")

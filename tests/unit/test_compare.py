@@ -1,4 +1,4 @@
-"""The comparison's statistics (sidecar/compare.py): the ratio estimator, the intervals, and
+"""The comparison's statistics (sidecar/analyze/compare.py): the ratio estimator, the intervals, and
 their calibration on simulated correlated samples with a known truth. The recorded real windows
 are tests/unit/test_diff_recorded.py."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sidecar.compare import (
+from sidecar.analyze.compare import (
     Side,
     Unit,
     compare,
@@ -21,7 +21,7 @@ from sidecar.compare import (
     units_of,
 )
 from sidecar.records.summary import Fingerprint, SampleBlock, SamplingSection, SnapshotSummary
-from sidecar.summary_io import read_summary
+from sidecar.store.summary_io import read_summary
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 

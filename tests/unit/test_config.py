@@ -16,12 +16,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sidecar.classify.rules import load_rules
 from sidecar.cli import DAEMON_SETTINGS, _settings, _snapshot_settings, cli, main
-from sidecar.config import ENV_VARIABLES, FLAGS, NOT_SETTINGS, load_config, snapshot_options
+from sidecar.config.load import ENV_VARIABLES, FLAGS, NOT_SETTINGS, load_config, snapshot_options
+from sidecar.config.settings import SNAPSHOT_DEFAULTS, Config
 from sidecar.doctor import check_rule_files
 from sidecar.errors import ConfigError
-from sidecar.rules import load_rules
-from sidecar.settings import SNAPSHOT_DEFAULTS, Config
 
 RULES = """
 rules:

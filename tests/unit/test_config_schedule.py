@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.config import load_config
-from sidecar.discovery import configured_target
+from sidecar.config.load import load_config
+from sidecar.config.settings import Config, ScheduleConfig, TargetConfig
+from sidecar.daemon.schedule import Schedule, WindowKind
 from sidecar.errors import AttachError, ConfigError
-from sidecar.procfs import ProcFs
-from sidecar.schedule import Schedule, WindowKind
-from sidecar.settings import Config, ScheduleConfig, TargetConfig
+from sidecar.target.discovery import configured_target
+from sidecar.target.procfs import ProcFs
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "configs" / "sidecar.yaml"
 

@@ -10,20 +10,20 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.classifier import Classifier
-from sidecar.config import load_config, validate
-from sidecar.continuous import AIM, MAX_HZ, RolePlanner, is_continuous
+from sidecar.classify.classifier import Classifier
+from sidecar.classify.rules import load_rules
+from sidecar.config.load import load_config, validate
+from sidecar.config.settings import Config, SamplingConfig, ScheduleConfig
+from sidecar.daemon.schedule import Schedule
 from sidecar.errors import ConfigError
 from sidecar.parsers import parse_raw
-from sidecar.pyspy import ProcessRate, RecordOutcome, merge_outcomes
 from sidecar.records import ProcessInfo, Role
 from sidecar.records.window import Window, merge_windows
-from sidecar.rules import load_rules
-from sidecar.schedule import Schedule
-from sidecar.settings import Config, SamplingConfig, ScheduleConfig
-from sidecar.snapshot import build_snapshot, process_sampling
-from sidecar.summary_io import parse_summary
-from sidecar.writers import to_jsonable
+from sidecar.sampling.continuous import AIM, MAX_HZ, RolePlanner, is_continuous
+from sidecar.sampling.pyspy import ProcessRate, RecordOutcome, merge_outcomes
+from sidecar.store.summary_io import parse_summary
+from sidecar.store.writers import to_jsonable
+from sidecar.window.snapshot import build_snapshot, process_sampling
 
 MATRIX = Path(__file__).resolve().parents[1] / "fixtures" / "matrix" / "0.32.0" / "mixed"
 RAW = (MATRIX / "record.raw.txt").read_text()
@@ -215,10 +215,10 @@ def test_a_schema_5_summary_reads_as_6_with_nothing_guessed() -> None:
 def test_doctor_reports_each_process_asked_and_got_and_the_cpu_against_the_budget(
     tmp_path: Path,
 ) -> None:
+    from sidecar.config.settings import OutputConfig
     from sidecar.doctor import Status, sampler_checks
     from sidecar.records.window import ProcessOutcome
-    from sidecar.settings import OutputConfig
-    from sidecar.writers import write_snapshot
+    from sidecar.store.writers import write_snapshot
 
     stacks = parse_raw(RAW).stacks
     pids = sorted({s.pid for s in stacks if s.pid is not None})

@@ -15,19 +15,19 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from devtools.schema import SCHEMA_PATH
-from sidecar.compare import Side, compare
-from sidecar.config import load_config
-from sidecar.custom_spec import CustomMetricSpec
-from sidecar.diff import render_text, to_json
+from sidecar.analyze.compare import Side, compare
+from sidecar.config.custom_metrics import CustomMetricSpec
+from sidecar.config.load import load_config
+from sidecar.diff.sides import render_text, to_json
 from sidecar.errors import ConfigError
 from sidecar.exporter.collector import SidecarCollector
 from sidecar.exporter.state import ExporterState
 from sidecar.records.readings import CustomMetric
 from sidecar.records.summary import SCHEMA_VERSION
-from sidecar.report import render, report_data
-from sidecar.summary_io import parse_summary, read_summary
-from sidecar.trend import select_series
-from sidecar.trend_table import rows_to_table, summary_row
+from sidecar.report.text import render, report_data
+from sidecar.store.summary_io import parse_summary, read_summary
+from sidecar.store.trend_table import rows_to_table, summary_row
+from sidecar.trend.series import select_series
 from sidecar.vllm_metrics.custom import CustomReader, custom_metric
 from sidecar.vllm_metrics.scrape import MetricsScrape, parse_scrape
 from sidecar.vllm_metrics.source import ScrapeError
@@ -214,11 +214,11 @@ def test_a_failing_url_leaves_its_metrics_none_and_the_others_read() -> None:
 def test_the_window_reads_custom_metrics_from_its_own_scrapes() -> None:
     """profile_window's wiring: vLLM's scrapes of the window feed the custom metrics on its
     URL (no extra request), the other URL is scraped at the start and the end."""
-    from sidecar.classifier import Classifier
-    from sidecar.discovery import Deployment
-    from sidecar.pipeline import WindowReaders, profile_window
-    from sidecar.procfs import ProcFs
-    from sidecar.rules import load_rules
+    from sidecar.classify.classifier import Classifier
+    from sidecar.classify.rules import load_rules
+    from sidecar.target.discovery import Deployment
+    from sidecar.target.procfs import ProcFs
+    from sidecar.window.pipeline import WindowReaders, profile_window
     from tests.unit.test_gpu import InstantSampler, RecordedMetrics
     from tests.unit.test_report import processes
 
@@ -318,7 +318,7 @@ def with_custom(values: tuple[float | None, ...] = ()) -> Any:
 
 
 def test_custom_metrics_round_trip_and_validate_against_the_published_schema() -> None:
-    from sidecar.writers import to_jsonable
+    from sidecar.store.writers import to_jsonable
 
     s = with_custom()
     data = to_jsonable(s)
@@ -418,8 +418,8 @@ def test_doctor_probes_each_custom_metric_in_one_scrape() -> None:
 
 def test_doctor_warns_of_a_custom_url_that_does_not_answer() -> None:
     from devtools.server import free_port
+    from sidecar.config.settings import Config
     from sidecar.doctor import Status, _custom
-    from sidecar.settings import Config
 
     url = f"http://127.0.0.1:{free_port()}/metrics"  # nothing listens there
     config = Config(custom_metrics=(spec("router_requests", name="routed", url=url),

@@ -22,25 +22,25 @@ from typing import Any
 import pytest
 
 from sidecar import cli as cli_module
-from sidecar.classifier import Classifier
-from sidecar.config import load_config
-from sidecar.daemon import Daemon
-from sidecar.discovery import AmbiguousTarget, Deployment
+from sidecar.classify.classifier import Classifier
+from sidecar.classify.rules import RuleSet, load_rules
+from sidecar.config.load import load_config
+from sidecar.config.settings import Config, MetricsConfig, SamplingConfig, ScheduleConfig
+from sidecar.daemon.failures import Failure, FailureTally, WindowFailure, reading_failures
+from sidecar.daemon.loop import Daemon
+from sidecar.daemon.parts import Builders, WindowResult
 from sidecar.errors import AttachError, ConfigError, SamplerError
 from sidecar.exporter import SidecarCollector
-from sidecar.failures import Failure, FailureTally, WindowFailure, reading_failures
 from sidecar.gpu import GpuReading
 from sidecar.gpu.nvml import NvmlError, NvmlReturn
-from sidecar.parts import Builders, WindowResult
-from sidecar.pyspy import RecordOutcome, RecordRequest, SubprocessPySpy
 from sidecar.records import ProcessInfo, Role
 from sidecar.records.gpu import CPU_MODE
 from sidecar.records.window import Window
-from sidecar.rules import RuleSet, load_rules
-from sidecar.settings import Config, MetricsConfig, SamplingConfig, ScheduleConfig
-from sidecar.snapshot import Readings, Snapshot, build_snapshot
-from sidecar.store import DiskState, WriteOutcome, check_writable
+from sidecar.sampling.pyspy import RecordOutcome, RecordRequest, SubprocessPySpy
+from sidecar.store.folders import DiskState, WriteOutcome, check_writable
+from sidecar.target.discovery import AmbiguousTarget, Deployment
 from sidecar.vllm_metrics.endpoint import MetricsUrlError
+from sidecar.window.snapshot import Readings, Snapshot, build_snapshot
 
 T0 = 1000.0  # the fake monotonic clock at start
 WALL0 = 1_780_000_000.0  # the wall clock then; the next daily baseline is 12,800 s away
@@ -703,7 +703,7 @@ def test_main_prints_the_traceback_of_a_bug_and_exits_70(
 
 
 class FakeUploads:
-    """The upload thread as the daemon drives it (sidecar/upload.py's UploadThread)."""
+    """The upload thread as the daemon drives it (sidecar/store/upload.py's UploadThread)."""
 
     def __init__(self, url: str | None, stops_in_time: bool = True) -> None:
         self.url, self.events = url, []  # type: ignore[var-annotated]

@@ -1,4 +1,4 @@
-"""`vllm-sidecar diff`: choosing the sides, the output forms, the errors (sidecar/diff.py)."""
+"""`vllm-sidecar diff`: choosing the sides, the output forms, the errors (sidecar/diff/sides.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.cli import main
-from sidecar.diff import Range, parse_range, parse_time, snapshot_folders
+from sidecar.diff.sides import Range, parse_range, parse_time, snapshot_folders
 from sidecar.errors import ConfigError
 
 OLD = Path(__file__).resolve().parent.parent / "fixtures" / "schema1" / "20261201T112537Z"

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from sidecar.analyze.compare import ALPHA, Side, compare, regressions
 from sidecar.cli import main
-from sidecar.compare import ALPHA, Side, compare, regressions
 from sidecar.records.summary import SnapshotSummary
-from sidecar.summary_io import read_summary
+from sidecar.store.summary_io import read_summary
 
 RECORD = Path(__file__).resolve().parent.parent / "fixtures" / "diff"
 

@@ -9,9 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from sidecar import classifier
-from sidecar.classifier import Classifier
-from sidecar.discovery import (
+from sidecar.classify import classifier
+from sidecar.classify.classifier import Classifier
+from sidecar.classify.roles import title_role
+from sidecar.classify.rules import load_rules
+from sidecar.errors import AttachError
+from sidecar.parsers import parse_text
+from sidecar.records import ProcessInfo, Role
+from sidecar.target.discovery import (
     Deployment,
     discover,
     find_deployment,
@@ -20,12 +25,7 @@ from sidecar.discovery import (
     no_server_error,
     role_of,
 )
-from sidecar.errors import AttachError
-from sidecar.parsers import parse_text
-from sidecar.procfs import ProcFs
-from sidecar.records import ProcessInfo, Role
-from sidecar.roles import title_role
-from sidecar.rules import load_rules
+from sidecar.target.procfs import ProcFs
 
 RULES = load_rules()
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.classifier import Classifier
+from sidecar.classify.classifier import Classifier
+from sidecar.classify.explain import explain
+from sidecar.classify.rules import default_rules_path, load_rules, parse_rules
+from sidecar.classify.suggest import paste, suggest
 from sidecar.cli import main
-from sidecar.explain import explain
 from sidecar.records import Phase
-from sidecar.rules import default_rules_path, load_rules, parse_rules
-from sidecar.stacks import read_input
-from sidecar.suggest import paste, suggest
+from sidecar.store.stacks import read_input
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -160,7 +160,7 @@ def test_suggestions_paste_together_and_never_name_an_address() -> None:
 
 
 def test_a_name_taken_gets_a_number() -> None:
-    from sidecar.suggest import _unique
+    from sidecar.classify.suggest import _unique
 
     assert _unique("suggested-vllm-core-step", []) == "suggested-vllm-core-step"
     taken = ["suggested-vllm-core-step", "suggested-vllm-core-step-2"]
@@ -201,9 +201,9 @@ def test_classify_format_json_is_json(capsys: pytest.CaptureFixture[str]) -> Non
     ],
 )  # fmt: skip
 def test_a_skeleton_file_glob_is_the_package_path(path: str, glob: str) -> None:
+    from sidecar.classify.rules import path_matches
+    from sidecar.classify.suggest import _file_glob
     from sidecar.records import Frame
-    from sidecar.rules import path_matches
-    from sidecar.suggest import _file_glob
 
     assert _file_glob(Frame("f", path)) == glob
     assert path_matches(path, glob)

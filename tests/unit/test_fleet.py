@@ -16,10 +16,10 @@ import pytest
 
 from sidecar.cli import main
 from sidecar.errors import ConfigError, InputError
-from sidecar.fleet import FleetReport, aggregate, render_text, to_json
-from sidecar.fleet_source import load_fleet
+from sidecar.fleet.report import FleetReport, aggregate, render_text, to_json
+from sidecar.fleet.source import load_fleet
 from sidecar.records.summary import SnapshotSummary
-from sidecar.summary_io import read_summary
+from sidecar.store.summary_io import read_summary
 from tests.fleet_layout import FLAME, OTHER_PORT, PREFILL, STEADY, copy, sync, two_hosts, upload
 
 

@@ -1,4 +1,4 @@
-"""The fleet daemon (sidecar/multi_target.py) driven through its seams with a fake clock: several
+"""The fleet daemon (sidecar/daemon/multi_target.py) driven through its seams with a fake clock: several
 servers on one host, each its own deployment (store, schedule, exporter series); servers that
 go, come back and appear; windows in turn. No processes, no sockets, no real sleep.
 
@@ -19,22 +19,22 @@ from typing import Any, cast
 
 import pytest
 
-from sidecar.always_on import AlwaysOn, FleetAlwaysOn
-from sidecar.classifier import Classifier
-from sidecar.config import load_config
-from sidecar.discovery import Deployment, deployment_id, find_all
+from sidecar.classify.classifier import Classifier
+from sidecar.config.load import load_config
+from sidecar.config.settings import Config
+from sidecar.config.targets import TargetSpec, parse_targets
+from sidecar.daemon.background import AlwaysOn, FleetAlwaysOn
+from sidecar.daemon.multi_target import RESCAN_S, MultiTargetDaemon
+from sidecar.daemon.parts import WindowResult
 from sidecar.errors import AttachError, ConfigError
 from sidecar.exporter import SidecarCollector
-from sidecar.multi_target import RESCAN_S, MultiTargetDaemon
-from sidecar.parts import WindowResult
-from sidecar.procfs import ProcFs
 from sidecar.records import ProcessInfo, Role
 from sidecar.records.summary import Cause
 from sidecar.records.window import Window
-from sidecar.settings import Config
-from sidecar.snapshot import build_snapshot
-from sidecar.target_spec import TargetSpec, parse_targets
-from sidecar.trend_source import host_folder, host_folders
+from sidecar.target.discovery import Deployment, deployment_id, find_all
+from sidecar.target.procfs import ProcFs
+from sidecar.trend.source import host_folder, host_folders
+from sidecar.window.snapshot import build_snapshot
 from tests.unit.test_daemon_loop import (
     CONFIG,
     INTERVAL,
@@ -501,8 +501,8 @@ def test_a_discovery_that_finds_none_says_how_to_make_a_server_visible(tmp_path:
 
 
 def test_doctor_checks_each_server_of_targets(tmp_path: Path) -> None:
+    from sidecar.config.settings import MetricsConfig, OutputConfig, SamplingConfig, TargetConfig
     from sidecar.doctor import Status, run_checks
-    from sidecar.settings import MetricsConfig, OutputConfig, SamplingConfig, TargetConfig
 
     config = Config(
         target=TargetConfig(proc_root=TWO.root),
@@ -524,7 +524,7 @@ def test_aggregate_takes_the_host_of_a_deployment_folder_from_its_index(tmp_path
     is the index's, not the deployment folder's name; an old OUT/<host>/ reads as before."""
     import json
 
-    from sidecar.fleet_source import local_host_folders
+    from sidecar.fleet.source import local_host_folders
 
     for folder, index in (("h/m@8000", {"host": "h", "deployment": "m@8000"}),
                           ("old", {"host": "old"})):  # fmt: skip
@@ -560,12 +560,12 @@ def test_run_and_doctor_refuse_a_single_target_beside_targets(
     """targets: follows the servers its entries name: a --pid (or target.pid, pid_file) would
     be silently ignored; refused at start (exit 2), naming the fix. Neither the daemon nor
     the checks run (stubs here: without the refusal they would be called)."""
+    import sidecar.daemon.multi_target
     import sidecar.doctor
-    import sidecar.multi_target
     from sidecar.cli import main
 
     called: list[str] = []
-    monkeypatch.setattr(sidecar.multi_target, "MultiTargetDaemon",
+    monkeypatch.setattr(sidecar.daemon.multi_target, "MultiTargetDaemon",
                         lambda *a, **k: called.append("daemon"))  # fmt: skip
     monkeypatch.setattr(sidecar.doctor, "run_checks", lambda config: called.append("doctor") or [])
     for name, value in env.items():
@@ -580,7 +580,7 @@ def test_run_and_doctor_refuse_a_single_target_beside_targets(
 
 def test_snapshot_takes_one_server_from_a_config_that_lists_a_fleet(tmp_path: Path) -> None:
     """`snapshot --pid N --config fleet.yaml` is legal: the refusal is run's and doctor's."""
-    from sidecar.settings import SNAPSHOT_DEFAULTS
+    from sidecar.config.settings import SNAPSHOT_DEFAULTS
 
     path = write_config(tmp_path / "sidecar.yaml", extra="targets: [{discover: true}]\n")
     config = load_config(path, {}, {"target.pid": 4242}, defaults=SNAPSHOT_DEFAULTS)

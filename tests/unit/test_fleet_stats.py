@@ -1,4 +1,4 @@
-"""The fleet's comparison from sums (sidecar/fleet_stats.py) gives `compare`'s changes: the same
+"""The fleet's comparison from sums (sidecar/fleet/stats.py) gives `compare`'s changes: the same
 figures tested, the same estimates, standard errors and degrees of freedom, on recorded real
 windows (tests/fixtures/diff), with segments or windows as units, one window or many a side."""
 
@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.compare import Side, compare
-from sidecar.fleet_outliers import as_window_unit
-from sidecar.fleet_stats import family, pooled, profile
+from sidecar.analyze.compare import Side, compare
+from sidecar.fleet.outliers import as_window_unit
+from sidecar.fleet.stats import family, pooled, profile
 from sidecar.records.summary import SnapshotSummary
-from sidecar.summary_io import read_summary
+from sidecar.store.summary_io import read_summary
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "diff"
 

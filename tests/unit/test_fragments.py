@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.classifier import Classifier
-from sidecar.explain import explain
+from sidecar.classify.classifier import Classifier
+from sidecar.classify.explain import explain
+from sidecar.classify.rules import load_rules
 from sidecar.parsers import InputFormat, parse_file, parse_text
 from sidecar.records import Frame, Phase, Role, StackSample
-from sidecar.rules import load_rules
 
 ROOT = Path(__file__).resolve().parents[2]
 FRAGMENTS = ROOT / "tests" / "fixtures" / "fragments"

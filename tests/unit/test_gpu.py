@@ -21,8 +21,9 @@ import pynvml
 import pytest
 import yaml
 
-from sidecar.classifier import Classifier
-from sidecar.discovery import Deployment
+from devtools.nvml_fixture import record_fixture
+from sidecar.classify.classifier import Classifier
+from sidecar.classify.rules import load_rules
 from sidecar.gpu import (
     CPU_MODE,
     POLICY,
@@ -40,15 +41,14 @@ from sidecar.gpu import (
 )
 from sidecar.gpu import nvml as nvml_module
 from sidecar.gpu.nvml import process_info
-from sidecar.gpu.record import record_fixture
-from sidecar.pidmap import PidMap
-from sidecar.pipeline import WindowReaders, profile_window
-from sidecar.procfs import ProcFs
 from sidecar.records import Role
 from sidecar.records.gpu import PidMatch
 from sidecar.records.window import Window
-from sidecar.report import render
-from sidecar.rules import load_rules
+from sidecar.report.text import render
+from sidecar.target.discovery import Deployment
+from sidecar.target.pidmap import PidMap
+from sidecar.target.procfs import ProcFs
+from sidecar.window.pipeline import WindowReaders, profile_window
 from tests.nvml_double import RecordedNvml
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

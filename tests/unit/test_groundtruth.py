@@ -1,4 +1,4 @@
-"""Each thread's samples against its own CPU time from /proc (sidecar.groundtruth), replayed
+"""Each thread's samples against its own CPU time from /proc (sidecar.classify.groundtruth), replayed
 from real windows: tests/fixtures/groundtruth/<case> holds `py-spy record --nonblocking` of the
 dev vLLM server's tree under `mixed` load and every thread's /proc/PID/task/TID/stat read at
 the record's start and end (devtools/groundtruth_probe.py; provenance.json). `mixed`: a window
@@ -12,18 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.aggregate import label_stacks
-from sidecar.classifier import Classifier
-from sidecar.groundtruth import cpu_over_window, thread_checks, wilson
+from sidecar.classify.aggregate import label_stacks
+from sidecar.classify.classifier import Classifier
+from sidecar.classify.groundtruth import cpu_over_window, thread_checks, wilson
+from sidecar.classify.rules import load_rules
 from sidecar.parsers import parse_file
-from sidecar.procfs import ProcFs, parse_task_stat
 from sidecar.records import Role
 from sidecar.records.readings import ThreadCpu
 from sidecar.records.summary import Agreement, SnapshotSummary, ThreadCheck
 from sidecar.records.window import Window
-from sidecar.report import render, report_data
-from sidecar.rules import load_rules
-from sidecar.snapshot import Readings, build_snapshot
+from sidecar.report.text import render, report_data
+from sidecar.target.procfs import ProcFs, parse_task_stat
+from sidecar.window.snapshot import Readings, build_snapshot
 
 CASES = Path(__file__).resolve().parents[1] / "fixtures" / "groundtruth"
 FIXTURE = CASES / "mixed"
@@ -117,7 +117,7 @@ def test_a_thread_the_start_read_did_not_see_is_kept_not_compared() -> None:
 def test_the_event_loop_leaf_is_the_innermost_python_frame_in_a_native_dump() -> None:
     """With --native, C frames (epoll_pwait, uvloop's loop.c) sit inside `Runner.run`: the
     loop is still the thread's Python leaf, so an event loop is still named as the reason."""
-    from sidecar.groundtruth import _threads
+    from sidecar.classify.groundtruth import _threads
 
     matrix = CASES.parent / "matrix"
     dump = matrix / "0.32.0" / "mixed" / "dump-apiserver-native.txt"
@@ -212,7 +212,7 @@ def test_the_report_lists_the_flagged_thread_with_its_reason() -> None:
 
 
 def test_the_html_page_shows_the_main_threads_cpu_from_proc() -> None:
-    from sidecar.report_page import Missing, PageInputs, render_page
+    from sidecar.report.page import Missing, PageInputs, render_page
 
     inputs = PageInputs(snapshot_summary(), "recorded", Missing("none"), Missing("no flame"))
     page = render_page(inputs)
@@ -222,7 +222,7 @@ def test_the_html_page_shows_the_main_threads_cpu_from_proc() -> None:
 def test_advice_reads_the_main_threads_cpu_from_proc() -> None:
     """`main.<role>.busy_measured` is the larger of the main thread's busy samples and its own
     /proc CPU; on this real window every thread agrees, so nothing is unseen."""
-    from sidecar.advice_figures import figures_of
+    from sidecar.advice.figures import figures_of
 
     s = snapshot_summary()
     f = figures_of(s)
@@ -244,8 +244,8 @@ def test_a_busy_event_loop_that_looks_idle_still_raises_the_api_server_finding()
     the evidence says how much of the work the stacks do not show."""
     from dataclasses import replace
 
-    from sidecar.advice import findings
-    from sidecar.advice_figures import figures_of
+    from sidecar.advice.figures import figures_of
+    from sidecar.advice.findings import findings
 
     s = snapshot_summary()
     main = next(t for t in s.threads if (t.pid, t.tid) == (API, API))

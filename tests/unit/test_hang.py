@@ -1,4 +1,4 @@
-"""Hang detection (sidecar/hang.py) on real /metrics scrapes and real py-spy dumps of vLLM.
+"""Hang detection (sidecar/daemon/hang.py) on real /metrics scrapes and real py-spy dumps of vLLM.
 
 The scrapes are tests/fixtures/metrics' recorded ones; a state the recording did not catch
 (requests waiting while nothing moves) is that scrape with its two request gauges set, the only
@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.classifier import Classifier
-from sidecar.hang import (
+from sidecar.classify.classifier import Classifier
+from sidecar.classify.rules import load_rules
+from sidecar.daemon.hang import (
     HangWatch,
     MainThread,
     Progress,
@@ -25,7 +26,6 @@ from sidecar.hang import (
 )
 from sidecar.records import ProcessInfo, Role, StackSample
 from sidecar.records.readings import ThreadTime
-from sidecar.rules import load_rules
 from sidecar.vllm_metrics import MetricsScrape, parse_scrape
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -167,7 +167,7 @@ def test_blame_prefers_a_stopped_process_then_one_not_waiting_then_the_engine() 
                             InputFormat.PYSPY_DUMP).stacks  # fmt: skip
         return next(s for s in stacks if s.thread_name == "MainThread")
 
-    from sidecar.hang import Verdict
+    from sidecar.daemon.hang import Verdict
 
     v = Verdict(State.STALLED, 30.0, 30.0, 4.0, "why")
     engine_main, worker_main = main("enginecore", ENGINE.pid), main("worker", WORKER.pid)
@@ -195,7 +195,7 @@ def test_an_incident_dump_falls_back_to_nonblocking_and_says_why() -> None:
 
 @pytest.mark.parametrize("state, words", [("T", "stopped"), ("D", "uninterruptible"), ("S", "")])
 def test_the_stall_line_says_what_the_kernel_says_of_the_process(state: str, words: str) -> None:
-    from sidecar.hang import Stall, Verdict
+    from sidecar.daemon.hang import Stall, Verdict
 
     line = stall_line(Stall(Role.ENGINE_CORE, 7, "f (a.py:1)", Verdict(State.STALLED, why="w"),
                             state))  # fmt: skip

@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from sidecar.cli import run
-from sidecar.config import load_config
-from sidecar.target_spec import TargetSpec
+from sidecar.config.load import load_config
+from sidecar.config.targets import TargetSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBE = ROOT / "deploy" / "kubernetes"
@@ -81,7 +81,7 @@ def test_the_daemonset_sees_the_hosts_processes() -> None:
 
 def test_the_daemonset_profiles_every_server_of_its_node(tmp_path: Path) -> None:
     """A GPU node often runs one vLLM per GPU: the single-target discovery refuses two, so
-    the DaemonSet's config lists `targets:` (one deployment each, sidecar/multi_target.py)."""
+    the DaemonSet's config lists `targets:` (one deployment each, sidecar/daemon/multi_target.py)."""
     path = tmp_path / "sidecar.yaml"
     path.write_text(DAEMONSET["ConfigMap"]["data"]["sidecar.yaml"])
     config = load_config(path, environ={})

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from devtools.vllm_env import MODEL_CONFIG
-from sidecar.kvcache import (
+from sidecar.sizes import GIB, MIB, format_bytes, format_mib, format_share
+from sidecar.target.kvcache import (
     KvCache,
     KvInputs,
     KvLayout,
@@ -27,9 +28,8 @@ from sidecar.kvcache import (
     kv_dtype,
     kv_layout,
 )
-from sidecar.modelconfig import ServeArgs, find_model_config, kv_inputs, serve_args
-from sidecar.procfs import ProcFs
-from sidecar.sizes import GIB, MIB, format_bytes, format_mib, format_share
+from sidecar.target.modelconfig import ServeArgs, find_model_config, kv_inputs, serve_args
+from sidecar.target.procfs import ProcFs
 from sidecar.vllm_metrics import parse_scrape, serving_figures
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 import yaml
 
-from sidecar.classifier import Classifier
+from sidecar.classify.classifier import Classifier
+from sidecar.classify.rules import RuleKind, RuleSet, load_rules
 from sidecar.parsers import parse_file
 from sidecar.records import Phase, Role
-from sidecar.rules import RuleKind, RuleSet, load_rules
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 MATRIX = FIXTURES / "matrix"

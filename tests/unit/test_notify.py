@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.notify import SystemdNotifier, socket_address, watchdog_interval
+from sidecar.daemon.notify import SystemdNotifier, socket_address, watchdog_interval
 
 
 def _receiver(address: str | bytes) -> socket.socket:

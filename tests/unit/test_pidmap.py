@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.pidmap import NsPid, PidMap, is_host_namespace
-from sidecar.procfs import ProcFs
 from sidecar.records.gpu import PidMatch
+from sidecar.target.pidmap import NsPid, PidMap, is_host_namespace
+from sidecar.target.procfs import ProcFs
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "proc_ns"
 HOST, LOCAL, VIEW = PidMatch.HOST, PidMatch.LOCAL, PidMatch.VIEW

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from sidecar import procfs as procfs_module
-from sidecar.procfs import ProcFs, parse_cmdline, parse_environ, parse_nspid, parse_stat
+from sidecar.target import procfs as procfs_module
+from sidecar.target.procfs import ProcFs, parse_cmdline, parse_environ, parse_nspid, parse_stat
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "proc"
 VENV_PYTHON = "/root/.cache/vllm-sidecar/vllm-venv/bin/python"

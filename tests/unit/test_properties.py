@@ -24,11 +24,11 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from sidecar.config import load_config
+from sidecar.config.load import load_config
+from sidecar.config.settings import Config
 from sidecar.errors import ConfigError
 from sidecar.parsers import PARSERS, InputFormat, detect_format, parse_file, parse_text
 from sidecar.records import ParseResult, StackSample
-from sidecar.settings import Config
 from sidecar.vllm_metrics import MetricsScrape, ServingFigures, parse_scrape, serving_figures
 from sidecar.vllm_metrics import figures as vllm_figures
 

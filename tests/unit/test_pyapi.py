@@ -15,11 +15,11 @@ import pytest
 import sidecar
 from sidecar import Profiler, Snapshot, load, snapshots
 from sidecar.cli import main
-from sidecar.config import load_config
+from sidecar.config.load import load_config
+from sidecar.config.settings import SNAPSHOT_DEFAULTS
 from sidecar.errors import ConfigError, InputError, OutputError
-from sidecar.settings import SNAPSHOT_DEFAULTS
-from sidecar.summary_io import read_summary
-from sidecar.trend_table import TABLE_NAME
+from sidecar.store.summary_io import read_summary
+from sidecar.store.trend_table import TABLE_NAME
 from tests.unit.test_report import summary as built_summary
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -11,20 +11,20 @@ from typing import Any
 
 import pytest
 
-from sidecar.classifier import Classifier
+from sidecar.classify.classifier import Classifier
+from sidecar.classify.rules import load_rules
 from sidecar.cli import main
 from sidecar.gpu import NvmlReader, gpu_figures, target_gpus
-from sidecar.kvcache import KvInputs, kv_cache
 from sidecar.parsers import parse_file
 from sidecar.records import ProcessInfo, Role
 from sidecar.records.readings import HostMemory, ProcessStats
 from sidecar.records.summary import SnapshotSummary
 from sidecar.records.window import Window
-from sidecar.report import render, report_data
-from sidecar.rules import load_rules
-from sidecar.snapshot import Readings, build_snapshot
+from sidecar.report.text import render, report_data
+from sidecar.store.writers import write_snapshot
+from sidecar.target.kvcache import KvInputs, kv_cache
 from sidecar.vllm_metrics import parse_scrape, serving_figures
-from sidecar.writers import write_snapshot
+from sidecar.window.snapshot import Readings, build_snapshot
 from tests.nvml_double import RecordedNvml
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -185,7 +185,7 @@ def test_an_idle_window_says_no_request_finished_not_that_metrics_were_unread() 
 def test_the_two_prefill_decode_figures_side_by_side() -> None:
     """vLLM's time per request (what a request waits) beside the worker's model-step split
     (where compute went), on a recorded `mixed` window: 6 % / 94 % against 80 % / 20 %."""
-    from sidecar.summary_io import read_summary
+    from sidecar.store.summary_io import read_summary
 
     s = read_summary(FIXTURES / "diff" / "steady-mixed" / "20261201T144454Z")
     block = render(s).split("[Profile] Computation Time:\n", 1)[1].split("[Profile]", 1)[0]

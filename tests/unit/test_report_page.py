@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
+from sidecar.analyze.compare import compare
 from sidecar.cli import main
-from sidecar.compare import compare
-from sidecar.diff import baseline_sides, significant_rows, verdict
-from sidecar.flame import build_tree, layout
-from sidecar.report import profile_block, report_data
-from sidecar.report_page import Missing, PageInputs, render_page
-from sidecar.report_page_io import page_inputs
-from sidecar.stacks import read_stack_rows
-from sidecar.summary_io import read_summary
+from sidecar.diff.sides import baseline_sides, significant_rows, verdict
+from sidecar.flame.graph import build_tree, layout
+from sidecar.report.page import Missing, PageInputs, render_page
+from sidecar.report.page_inputs import page_inputs
+from sidecar.report.text import profile_block, report_data
+from sidecar.store.stacks import read_stack_rows
+from sidecar.store.summary_io import read_summary
 from tests.html_dom import Node, cells, parse
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -176,7 +176,7 @@ def test_the_findings_section_shows_what_report_finds() -> None:
 
 @dataclass(frozen=True, slots=True)
 class _Finding:
-    """The shape HELPERS.md gives sidecar.advice.Finding (a record, not a stand-in module)."""
+    """The shape HELPERS.md gives sidecar.advice.findings.Finding (a record, not a stand-in module)."""
 
     id: str
     severity: str

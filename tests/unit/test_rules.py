@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from sidecar.classify.rules import load_rules, parse_rules, path_matches
 from sidecar.errors import ConfigError
 from sidecar.records import Frame
-from sidecar.rules import load_rules, parse_rules, path_matches
 
 GOOD = """
 rules:
@@ -65,7 +65,7 @@ def test_the_frame_memo_is_per_rule_set_and_never_part_of_its_identity() -> None
         ("rules: [{name: x, phase: idle, match: [{function: f, leaf: 'False'}]}]", "rule 'x': `leaf:` must be true or false"),
         ("rules: [{name: x, phase: idle, match: [{function: f, waiting_only: 'true'}]}]", "rule 'x': `waiting_only:` must be true or false"),
         ("rules: [{name: x, phase: idle, match: [{function: f, under: {function: g, leaf: 'yes'}}]}]", "rule 'x': under: `leaf:` must be true or false"),
-        # Titles decide roles in one place, sidecar/discovery.py; the rules file gives frames.
+        # Titles decide roles in one place, sidecar/target/discovery.py; the rules file gives frames.
         ("rules: []\nroles: [{role: worker, titles: ['^VLLM::Worker']}]", "role 'worker': `titles:` are no longer read from the rules file"),
         ("rules: []\nroles: [{role: worker, frame: []}]", "role 'worker': unknown keys ['frame']"),
     ],
@@ -119,7 +119,7 @@ def test_path_globs_match_on_segment_boundaries(path: str, glob: str, expected: 
 
 
 def test_the_ground_truth_frames_are_data_in_the_rules_file() -> None:
-    """Spinning waits and event-loop leaves (sidecar/groundtruth.py) come from `ground_truth:`,
+    """Spinning waits and event-loop leaves (sidecar/classify/groundtruth.py) come from `ground_truth:`,
     checked like any frame spec; a file without the section takes the built-in one's."""
     truth = load_rules().ground_truth
     spin = Frame("wait", "vllm/distributed/device_communicators/shm_broadcast.py")

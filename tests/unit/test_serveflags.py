@@ -1,4 +1,4 @@
-"""The serving flags and deployment name read from vLLM's command line (sidecar/serveflags.py).
+"""The serving flags and deployment name read from vLLM's command line (sidecar/target/serveflags.py).
 
 Command lines as vLLM's own parser takes them (FlexibleArgumentParser, vLLM 0.32): `--x y`,
 `--x=y`, underscores, short forms, BooleanOptionalAction's `--x` / `--no-x`.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.serveflags import config_file, deployment_name, serving_flags
+from sidecar.target.serveflags import config_file, deployment_name, serving_flags
 
 API = ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
 

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.classifier import Classifier
+from sidecar.classify.classifier import Classifier
+from sidecar.classify.rules import load_rules
 from sidecar.errors import OutputError
 from sidecar.records.window import Window
-from sidecar.rules import load_rules
-from sidecar.snapshot import Snapshot, build_snapshot
-from sidecar.store import DiskState, Kind, Retention, SnapshotStore, check_writable
-from sidecar.trend_table import PARTS_DIR, TABLE_NAME
+from sidecar.store.folders import DiskState, Kind, Retention, SnapshotStore, check_writable
+from sidecar.store.trend_table import PARTS_DIR, TABLE_NAME
+from sidecar.window.snapshot import Snapshot, build_snapshot
 
 HOST = "gpu-node-1"
 T0 = 1_780_000_000.0  # 2026-05-28T20:26:40Z

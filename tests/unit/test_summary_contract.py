@@ -19,9 +19,9 @@ from devtools.schema import SCHEMA_PATH
 from devtools.schema import render as render_schema
 from sidecar.errors import InputError
 from sidecar.records.summary import SCHEMA_VERSION, SnapshotSummary
-from sidecar.report import render, report_data
-from sidecar.summary_io import parse_summary, read_summary
-from sidecar.writers import write_snapshot
+from sidecar.report.text import render, report_data
+from sidecar.store.summary_io import parse_summary, read_summary
+from sidecar.store.writers import write_snapshot
 from tests.unit.test_report import processes, serving, summary, window
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -38,9 +38,9 @@ def test_the_published_schema_is_the_records_schema() -> None:
 
 
 def test_a_written_summary_validates_against_the_published_schema(tmp_path: Path) -> None:
-    from sidecar.classifier import Classifier
-    from sidecar.rules import load_rules
-    from sidecar.snapshot import Readings, build_snapshot
+    from sidecar.classify.classifier import Classifier
+    from sidecar.classify.rules import load_rules
+    from sidecar.window.snapshot import Readings, build_snapshot
 
     snap = build_snapshot(window(), processes(), Classifier(load_rules()), host="h",
                           readings=Readings(serving=serving()))  # fmt: skip

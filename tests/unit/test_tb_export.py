@@ -15,8 +15,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from sidecar.cli import main
 from sidecar.errors import InputError
 from sidecar.records.summary import SnapshotSummary
-from sidecar.summary_io import read_summary
-from sidecar.tb_export import export_tensorboard, scalars
+from sidecar.store.summary_io import read_summary
+from sidecar.tensorboard.scalars import export_tensorboard, scalars
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 RECORDED = (
@@ -86,7 +86,7 @@ def test_one_step_per_snapshot_at_its_wall_time_with_its_figures(
 
 
 def test_findings_are_counted_in_all_and_per_severity() -> None:
-    from sidecar.advice import findings
+    from sidecar.advice.findings import findings
 
     for folder in RECORDED:
         s = read_summary(folder)

@@ -14,9 +14,9 @@ from click.testing import CliRunner
 from matplotlib.collections import LineCollection
 
 from sidecar.cli import cli
-from sidecar.trend import TrendOptions, compute_trend
-from sidecar.trend_plot import trend_figure
-from sidecar.trend_source import load_table
+from sidecar.trend.plot import trend_figure
+from sidecar.trend.series import TrendOptions, compute_trend
+from sidecar.trend.source import load_table
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SCHEMA1 = FIXTURES / "schema1" / "20261201T112537Z" / "summary.json"
@@ -132,7 +132,7 @@ def test_the_plot_option_writes_a_png(out: Path, tmp_path: Path) -> None:
 def test_a_change_of_serving_flags_is_labelled_by_the_flags_that_changed() -> None:
     import pandas as pd
 
-    from sidecar.trend import fingerprint_changes
+    from sidecar.trend.series import fingerprint_changes
 
     times = pd.date_range("2026-11-01", periods=4, freq="5min", tz="UTC")
     rows = pd.DataFrame(
@@ -149,7 +149,7 @@ def test_an_idle_window_without_an_attention_backend_is_no_fingerprint_change() 
     """The backend is read from the window's stacks: None when the window ran no attention."""
     import pandas as pd
 
-    from sidecar.trend import fingerprint_changes
+    from sidecar.trend.series import fingerprint_changes
 
     times = pd.date_range("2026-11-01", periods=5, freq="5min", tz="UTC")
     rows = pd.DataFrame(
@@ -163,7 +163,7 @@ def test_an_idle_window_without_an_attention_backend_is_no_fingerprint_change() 
 
 def test_the_digest_leaves_out_the_attention_backend() -> None:
     from sidecar.records.summary import Fingerprint
-    from sidecar.trend_table import fingerprint_digest
+    from sidecar.store.trend_table import fingerprint_digest
 
     busy = Fingerprint(vllm="0.32.0", attention_backend="CPU_ATTN")
     assert fingerprint_digest(busy) == fingerprint_digest(Fingerprint(vllm="0.32.0"))

@@ -15,16 +15,14 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from sidecar.classifier import Classifier
+from sidecar.classify.classifier import Classifier
+from sidecar.classify.rules import load_rules
 from sidecar.errors import InputError
 from sidecar.records.summary import Fingerprint
 from sidecar.records.window import Window
-from sidecar.rules import load_rules
-from sidecar.snapshot import Snapshot, build_snapshot
-from sidecar.store import Retention, SnapshotStore
-from sidecar.summary_io import read_summary
-from sidecar.trend_source import host_folder, load_table
-from sidecar.trend_table import (
+from sidecar.store.folders import Retention, SnapshotStore
+from sidecar.store.summary_io import read_summary
+from sidecar.store.trend_table import (
     COMPACT_EVERY,
     SERVING,
     TABLE_NAME,
@@ -34,6 +32,8 @@ from sidecar.trend_table import (
     summary_row,
     table_schema,
 )
+from sidecar.trend.source import host_folder, load_table
+from sidecar.window.snapshot import Snapshot, build_snapshot
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SCHEMA1 = FIXTURES / "schema1" / "20261201T112537Z"

@@ -1,4 +1,4 @@
-"""Snapshots on a trigger (sidecar/triggers.py): the latency and queue triggers on real /metrics
+"""Snapshots on a trigger (sidecar/daemon/triggers.py): the latency and queue triggers on real /metrics
 scrapes, and the control socket's round trip (a Unix socket in this process; no daemon)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.settings import TriggerConfig
-from sidecar.triggers import (
+from sidecar.config.settings import TriggerConfig
+from sidecar.daemon.triggers import (
     ControlSocket,
     LatencyTrigger,
     TriggerError,
@@ -102,7 +102,7 @@ def test_the_client_names_the_fix_when_no_daemon_listens(tmp_path: Path) -> None
 
 def test_a_full_queue_refuses_with_a_reason() -> None:
     q = TriggerQueue(size=1)
-    from sidecar.triggers import TriggerRequest, cause_now
+    from sidecar.daemon.triggers import TriggerRequest, cause_now
 
     said: list[str | None] = []
     assert q.put(TriggerRequest(cause_now("signal", "SIGUSR1")))

@@ -1,4 +1,4 @@
-"""Uploads to object storage (sidecar/upload.py) over fsspec's in-memory filesystem, a real
+"""Uploads to object storage (sidecar/store/upload.py) over fsspec's in-memory filesystem, a real
 fsspec implementation; real snapshot folders from tests/fixtures (tests/upload_store.py). The
 outages are a seam around that filesystem that refuses, as a store that is down does."""
 
@@ -16,14 +16,14 @@ import fsspec
 import pyarrow.parquet as pq
 import pytest
 
-from sidecar.config import load_config
+from sidecar.config.load import load_config
+from sidecar.config.settings import UploadConfig
 from sidecar.errors import ConfigError
 from sidecar.exporter import ExporterState, SidecarCollector
-from sidecar.objectstore import FsspecStore, probe
-from sidecar.settings import UploadConfig
-from sidecar.store import Retention, SnapshotStore
-from sidecar.trend_table import COMPACT_EVERY, TrendTable
-from sidecar.upload import (
+from sidecar.store.folders import Retention, SnapshotStore
+from sidecar.store.objectstore import FsspecStore, probe
+from sidecar.store.trend_table import COMPACT_EVERY, TrendTable
+from sidecar.store.upload import (
     MARKERS_DIR,
     ROW_NAME,
     Uploader,
@@ -172,7 +172,7 @@ def test_retention_keeps_what_is_not_uploaded_and_deletes_it_once_confirmed(
     tmp_path: Path,
 ) -> None:
     from sidecar.records.window import Window
-    from sidecar.snapshot import build_snapshot
+    from sidecar.window.snapshot import build_snapshot
     from tests.unit.test_store import classifier
 
     now = 1_796_200_000.0  # 2026-12-02T08:26:40Z: the fixtures are over a day old
@@ -273,8 +273,8 @@ def test_a_reload_opening_a_new_uploader_leaves_the_running_threads_staging_alon
     """The reload race: the running thread has staged a row and is putting it when SIGHUP
     opens the new config's uploader. Opening it touches nothing on disk, so the row is put and
     the folder confirmed without a failure; the staging goes when the new thread starts."""
-    from sidecar.parts import open_uploader
-    from sidecar.settings import Config
+    from sidecar.config.settings import Config
+    from sidecar.daemon.parts import open_uploader
 
     remote = RowHeld()
     up = uploader(store, remote)
@@ -395,7 +395,7 @@ def test_doctor_finds_credentials_in_the_environment_and_lists_the_bucket(
 ) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    from sidecar.objectstore import credentials_source
+    from sidecar.store.objectstore import credentials_source
 
     assert credentials_source() == "env"
     fs: Any = fsspec.filesystem("memory")
@@ -408,8 +408,8 @@ def test_without_s3fs_a_config_that_uploads_fails_at_start_naming_the_extra(
 ) -> None:
     import sys
 
-    from sidecar.parts import open_uploader
-    from sidecar.settings import Config
+    from sidecar.config.settings import Config
+    from sidecar.daemon.parts import open_uploader
 
     assert open_uploader(Config(), store) is None  # upload.url unset: nothing is imported
     monkeypatch.setitem(sys.modules, "s3fs", None)  # as when the extra is not installed

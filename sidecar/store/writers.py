@@ -1,0 +1,168 @@
+"""Snapshot writers, registered by format name; a snapshot folder appears atomically.
+
+Every file is written inside a hidden temporary folder next to the final one, fsynced, and the
+folder is renamed into place with os.replace: a reader (or a `kill -9` mid-write) never sees a
+half-written snapshot (the node_exporter textfile pattern).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Protocol
+
+from sidecar.errors import OutputError
+from sidecar.window.snapshot import Snapshot
+
+
+class SnapshotWriter(Protocol):
+    filename: str
+
+    def write(self, snapshot: Snapshot, path: Path) -> None: ...
+
+
+class SummaryJsonWriter:
+    """summary.json: the typed summary (sidecar.records.summary) as JSON; `kind` is the store's
+    (snapshot or baseline)."""
+
+    filename = "summary.json"
+
+    def __init__(self, kind: str | None = None) -> None:
+        self.kind = kind
+
+    def write(self, snapshot: Snapshot, path: Path) -> None:
+        summary = to_jsonable(snapshot.summary(self.kind))
+        path.write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")
+
+
+class CollapsedWriter:
+    """`role;phase;root;...;leaf count` lines: flamegraph.pl, speedscope and inferno read them,
+    and the two leading pseudo-frames group the flame graph by role and phase."""
+
+    filename = "stacks.collapsed"
+
+    def write(self, snapshot: Snapshot, path: Path) -> None:
+        lines = [
+            f"{row['role']};{row['phase']};{row['stack']} {row['weight']}"
+            for row in snapshot.stack_rows()
+        ]
+        path.write_text("\n".join(lines) + ("\n" if lines else ""))
+
+
+class ParquetWriter:
+    """One row per distinct stack, with host, deployment, snapshot, time and kind on every row:
+    a folder of snapshots concatenates into one table (pandas, DuckDB) without joins."""
+
+    filename = "stacks.parquet"
+
+    def __init__(self, kind: str | None = None) -> None:
+        self.kind = kind
+
+    def write(self, snapshot: Snapshot, path: Path) -> None:
+        # pyarrow alone (at the edge only, STYLE.md 1): importing pandas for this cost the
+        # daemon's write child 0.45 s of CPU per snapshot. The types are those pandas wrote
+        # (strings, int64 pid and weight); a column of None alone is a string column here,
+        # pandas' was of null type: every reader concatenates with permissive promotion.
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        rows = snapshot.stack_rows(self.kind)
+        columns = {c: [r.get(c) for r in rows] for c in Snapshot.STACK_COLUMNS}
+        table = pa.table({c: pa.array(v, type=STACK_TYPES.get(c, "string"))
+                          for c, v in columns.items()})  # fmt: skip
+        pq.write_table(table, path)
+
+
+STACK_TYPES = {"pid": "int64", "weight": "int64"}  # the rest are strings
+
+WRITERS: dict[str, Callable[[], SnapshotWriter]] = {
+    "summary": SummaryJsonWriter,
+    "collapsed": CollapsedWriter,
+    "parquet": ParquetWriter,
+}
+
+
+def write_snapshot(
+    snapshot: Snapshot,
+    out_dir: Path,
+    formats: tuple[str, ...] = (),
+    *,
+    name: str | None = None,
+    kind: str | None = None,
+    extra: Mapping[str, str] | None = None,
+) -> Path:
+    """Write all formats into OUT_DIR/<name or snapshot.name>/ atomically (a taken name gets
+    `-1`, `-2`, ...); `kind` goes into summary.json; `extra`: more text files by name (an
+    incident's dumps). Returns the final folder."""
+    writers = [_writer(f, kind) for f in (formats or tuple(WRITERS))]
+    final = _free_name(out_dir, name or snapshot.name)
+    tmp = out_dir / f".{final.name}.tmp-{os.getpid()}"
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        tmp.mkdir()
+        for writer in writers:
+            writer.write(snapshot, tmp / writer.filename)
+        for filename, text in (extra or {}).items():
+            (tmp / filename).write_text(text)
+        _fsync_tree(tmp)
+        os.replace(tmp, final)
+        fsync_dir(out_dir)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise OutputError(_explain_os_error(exc, out_dir)) from exc
+    return final
+
+
+def _writer(fmt: str, kind: str | None) -> SnapshotWriter:
+    if fmt == "summary":
+        return SummaryJsonWriter(kind)
+    return ParquetWriter(kind) if fmt == "parquet" else WRITERS[fmt]()
+
+
+def _free_name(out_dir: Path, name: str) -> Path:
+    candidate, n = out_dir / name, 1
+    while candidate.exists():
+        candidate, n = out_dir / f"{name}-{n}", n + 1
+    return candidate
+
+
+def _fsync_tree(folder: Path) -> None:
+    for f in folder.iterdir():
+        with f.open("rb") as handle:
+            os.fsync(handle.fileno())
+    fsync_dir(folder)
+
+
+def fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _explain_os_error(exc: OSError, out_dir: Path) -> str:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"no space left under {out_dir}: free disk space or point --out elsewhere"
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return (
+            f"cannot write under {out_dir} ({exc.strerror}): give the sidecar's user write "
+            "access to it (systemd: ReadWritePaths=; Docker: mount a writable volume)"
+        )
+    return f"cannot write the snapshot under {out_dir}: {exc}"
+
+
+def to_jsonable(value: Any) -> Any:
+    """Records -> JSON-ready values (enums by value, dataclasses as dicts)."""
+    if hasattr(value, "__dataclass_fields__"):
+        return to_jsonable(asdict(value))
+    if isinstance(value, Mapping):
+        return {str(to_jsonable(k)): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v) for v in value]
+    return getattr(value, "value", value)
