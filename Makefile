@@ -24,6 +24,7 @@ lint: venv
 	$(BIN)/ruff check sidecar devtools tests benchmarks scripts examples
 	$(BIN)/ruff format --check sidecar devtools tests benchmarks scripts examples
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 unit: venv
 	$(BIN)/pytest tests/unit -q

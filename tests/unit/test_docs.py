@@ -92,6 +92,40 @@ def test_named_documents_exist() -> None:
     assert not missing, missing
 
 
+# `sidecar/x/y.py`, or a dotted module `sidecar.x.y` (as in `python -m`, a monkeypatched name or
+# an import-linter contract). Config files named `sidecar.yaml` and the package face's names
+# (`sidecar.load`, `sidecar.snapshots`, `sidecar.__file__`) are not modules.
+_MODULE_PATH = r"(?<![\w/.-])sidecar/(?:[a-z_]+/)*[a-z_]+\.py\b"
+_DOTTED = r"(?<![\w/.-])sidecar(?:\.[a-z_]+)+\b"
+_NOT_MODULES = (
+    "sidecar.yaml",
+    "sidecar.yml",
+    "sidecar.load",
+    "sidecar.snapshots",
+    "sidecar.__file__",
+)
+
+
+def _module_exists(dotted: str) -> bool:
+    """`sidecar.a.b` names a module, a package, or an attribute of one (`sidecar.a.b.Name`)."""
+    parts = dotted.split(".")
+    for end in range(len(parts), 1, -1):
+        base = ROOT.joinpath(*parts[:end])
+        if base.with_suffix(".py").is_file() or (base / "__init__.py").is_file():
+            return True
+    return False
+
+
+def test_named_modules_exist() -> None:
+    """Every `sidecar/...py` path and every dotted `sidecar.x` module named anywhere in the
+    repository (code, docs, configs, deployments) is a module of the package: a move that left
+    a name behind fails here."""
+    missing = [hit for hit in mentions(_MODULE_PATH) if not (ROOT / hit[1]).is_file()]
+    missing += [hit for hit in mentions(_DOTTED)
+                if hit[1] not in _NOT_MODULES and not _module_exists(hit[1])]  # fmt: skip
+    assert not missing, missing
+
+
 def _table_names(section: str) -> set[str]:
     """The backticked names in the first column of a section's table in docs/PHASES.md."""
     text = (DOCS / "PHASES.md").read_text()
