@@ -23,7 +23,7 @@ the last):
 `--minutes` whole periods are measured (an hour at the defaults: the target is stated over an
 hour); `--minutes 15 --interval 60` is a compressed run. A JSON record ends the output; with
 `--json-out` it is also written there (tests/fixtures/bench/continuous/ keeps the runs the
-README quotes, and tests/unit/test_bench_records.py checks them).
+README quotes, and tests/unit/project/test_bench_records.py checks them).
 """
 
 from __future__ import annotations

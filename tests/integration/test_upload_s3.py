@@ -189,7 +189,7 @@ def test_the_daemon_uploads_its_windows_and_a_restart_finishes_what_its_stop_cut
     from sidecar.daemon.loop import Daemon
     from sidecar.daemon.parts import Builders
     from sidecar.sampling.pyspy import SubprocessPySpy
-    from tests.unit.test_daemon_loop import CONFIG, INTERVAL, T0, World, deployment, rules
+    from tests.unit.daemon.test_daemon_loop import CONFIG, INTERVAL, T0, World, deployment, rules
 
     output = OutputConfig(dir=tmp_path / "out", retention_days=3650,
                           baseline_retention_days=3650, min_free_mb=0)  # fmt: skip

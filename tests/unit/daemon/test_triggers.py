@@ -1,0 +1,110 @@
+"""Snapshots on a trigger (sidecar/daemon/triggers.py): the latency and queue triggers on real /metrics
+scrapes, and the control socket's round trip (a Unix socket in this process; no daemon)."""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+
+import pytest
+
+from sidecar.config.settings import TriggerConfig
+from sidecar.daemon.triggers import (
+    ControlSocket,
+    LatencyTrigger,
+    TriggerError,
+    TriggerQueue,
+    request_snapshot,
+    socket_path,
+)
+from sidecar.vllm_metrics import MetricsScrape, parse_scrape
+
+METRICS = Path(__file__).resolve().parents[2] / "fixtures" / "metrics"
+BEFORE = (METRICS / "v0.32.0-cpu-before.txt").read_text()
+AFTER = (METRICS / "v0.32.0-cpu-after.txt").read_text()
+
+
+def scrape(text: str, at: float, waiting: float | None = None) -> MetricsScrape:
+    if waiting is not None:
+        text = re.sub(r"(vllm:num_requests_waiting{[^}]*}) \S+", rf"\g<1> {waiting}", text)
+    return parse_scrape(text, url="http://127.0.0.1:8000/metrics", taken_at=at, wall=1.7e9 + at)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_the_latency_trigger_fires_on_p95_ttft_over_its_span_once_per_min_interval() -> None:
+    # The recorded pair: 358 requests in 10 s of mixed load on 2 cores; their p95 TTFT is
+    # well above 1 ms and below 60 s.
+    clock = Clock()
+    low = LatencyTrigger(TriggerConfig(ttft_p95_s=60.0, over_s=10.0), clock)
+    assert low.check(scrape(BEFORE, 0.0)) is None
+    assert low.check(scrape(AFTER, 10.0)) is None
+    trigger = LatencyTrigger(TriggerConfig(ttft_p95_s=0.001, over_s=10.0, min_interval_s=600),
+                             clock)  # fmt: skip
+    assert trigger.check(scrape(BEFORE, 0.0)) is None  # no span yet
+    cause = trigger.check(scrape(AFTER, 10.0))
+    assert cause is not None and cause.kind == "latency"
+    assert (
+        "p95 time to first token" in cause.detail and "trigger.ttft_p95_s: 0.001 s" in cause.detail
+    )
+    clock.t = 300.0  # rate-limited
+    assert trigger.check(scrape(AFTER, 300.0)) is None
+    clock.t = 700.0
+    assert trigger.check(scrape(BEFORE, 690.0)) is None  # counters went back: a restart, no p95
+
+
+def test_the_queue_trigger_fires_at_its_length() -> None:
+    clock = Clock()
+    trigger = LatencyTrigger(TriggerConfig(queue_length=8), clock)
+    assert trigger.check(scrape(AFTER, 0.0, waiting=7)) is None
+    cause = trigger.check(scrape(AFTER, 5.0, waiting=8))
+    assert cause is not None and cause.kind == "queue"
+    assert cause.detail == "8 requests waiting (trigger.queue_length: 8)"
+
+
+def test_triggers_are_off_by_default() -> None:
+    trigger = LatencyTrigger(TriggerConfig())
+    assert not trigger.enabled and trigger.check(scrape(AFTER, 0.0, waiting=1000)) is None
+
+
+def test_the_socket_takes_a_request_and_hands_back_the_snapshot_folder(tmp_path: Path) -> None:
+    requests = TriggerQueue()
+    server = ControlSocket(socket_path(None, tmp_path), requests, wait_s=10)
+    server.start()
+    assert (tmp_path / "control.sock").stat().st_mode & 0o777 == 0o600
+
+    def daemon() -> None:
+        request = requests.get(5.0)
+        assert request is not None and request.cause.kind == "socket"
+        request.reply(f"/out/{request.cause.detail}", None)
+
+    t = threading.Thread(target=daemon)
+    t.start()
+    try:
+        assert request_snapshot(tmp_path / "control.sock", "why-not", 10) == "/out/why-not"
+    finally:
+        t.join()
+        server.close()
+    assert not (tmp_path / "control.sock").exists()
+
+
+def test_the_client_names_the_fix_when_no_daemon_listens(tmp_path: Path) -> None:
+    with pytest.raises(TriggerError, match="is `vllm-sidecar run` running"):
+        request_snapshot(tmp_path / "control.sock", "x", 1)
+
+
+def test_a_full_queue_refuses_with_a_reason() -> None:
+    q = TriggerQueue(size=1)
+    from sidecar.daemon.triggers import TriggerRequest, cause_now
+
+    said: list[str | None] = []
+    assert q.put(TriggerRequest(cause_now("signal", "SIGUSR1")))
+    assert not q.put(TriggerRequest(cause_now("signal", "SIGUSR1"), lambda p, e: said.append(e)))
+    assert said and "already taking" in str(said[0])
