@@ -1,6 +1,7 @@
 """`make dashboard`: write deploy/grafana/vllm-sidecar.json, the Grafana dashboard over the
-sidecar's exporter. The panels are data (`ROWS`); tests/unit/project/test_grafana_dashboard.py fails when
-the committed JSON is stale, and tests/integration/test_prometheus_live.py runs every query
+sidecar's exporter. The panels are data (`ROWS`);
+tests/unit/project/test_grafana_dashboard.py fails when the committed JSON is stale, and
+tests/integration/test_prometheus_live.py runs every query
 against a real Prometheus scraping a real daemon.
 
 Every selector carries `host=~"$host", deployment=~"$deployment"`, and every legend that names

@@ -40,10 +40,10 @@ from devtools.server import VllmServer
 from sidecar.classify.aggregate import label_stacks
 from sidecar.classify.classifier import Classifier
 from sidecar.classify.groundtruth import cpu_over_window, thread_checks
-from sidecar.parsers import parse_file
-from sidecar.target.procfs import ProcFs
-from sidecar.records import Phase
 from sidecar.classify.rules import load_rules
+from sidecar.parsers import parse_file
+from sidecar.records import Phase
+from sidecar.target.procfs import ProcFs
 
 RATE_HZ = 20
 SPAN_S = 10

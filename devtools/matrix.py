@@ -6,7 +6,8 @@ vLLM at a time: the live lock), and under each workload of devtools.loadgen reco
 process of the server's tree, `py-spy dump` with and without `--native`, then one
 `py-spy record --subprocesses -f raw` of the whole tree. The files go to
 tests/fixtures/matrix/<version>[-v0]/<workload>/ with a provenance.json (version, engine,
-workload, commands, torch version, date); tests/unit/classify/test_matrix_fixtures.py classifies them.
+workload, commands, torch version, date); tests/unit/classify/test_matrix_fixtures.py
+classifies them.
 
 Old releases pin `torch==X+cpu` builds that only PyTorch's own index serves, so the build tries,
 in order: a plain install; the release `--no-deps` with its requirements as published but torch

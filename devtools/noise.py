@@ -10,8 +10,8 @@ rests on the spread measured here rather than on a guess:
   above the recorded mean difference less K standard deviations of that difference;
 - a `Claim` for each fixed bound the docs state (docs/PHASES.md: at least 95 % of a role's samples
   in its allowed phases; README: counts within 10 %): the test asserts the stated bound, and
-  tests/unit/project/test_noise_bounds.py checks that the record puts it far enough from the recorded
-  mean for the same chance of a false failure;
+  tests/unit/project/test_noise_bounds.py checks that the record puts it far enough from the
+  recorded mean for the same chance of a false failure;
 - the number of windows to take per workload until one is valid (`attempts`).
 
 The standard deviations are those of one new window (a prediction: sd^2 (1 + 1/n) from n
