@@ -178,13 +178,12 @@ class Snapshot:
             raise ConfigError(f"save(name={name!r}): give a plain folder name, no / or leading .")
         if dest.exists():
             raise OutputError(f"{dest} exists: save to another folder or under another name")
-        tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
+        from sidecar.store.atomic import write_folder
+
         try:
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copytree(self.path, tmp)
-            os.replace(tmp, dest)
+            write_folder(dest, lambda tmp: shutil.copytree(self.path, tmp, dirs_exist_ok=True),
+                         durable=False)  # fmt: skip
         except OSError as exc:
-            shutil.rmtree(tmp, ignore_errors=True)
             raise OutputError(f"cannot save the snapshot to {dest}: {exc}: give a writable "
                               "path with free space") from exc  # fmt: skip
         return dest

@@ -9,28 +9,20 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
 from sidecar.errors import InputError, OutputError
+from sidecar.store.atomic import write_file
 from sidecar.store.stacks import StackRow, read_stack_rows
 
 
 def write_files(files: Iterable[tuple[Path, str]]) -> None:
-    """Each (path, text) written to a temporary name beside it and renamed into place."""
+    """Each (path, text) written atomically (sidecar/store/atomic.py)."""
     for path, text in files:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "w") as handle:
-                    handle.write(text)
-                os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 is for secrets, not plots
-                os.replace(tmp, path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            write_file(path, text, durable=False)
         except OSError as exc:
             raise OutputError(
                 f"cannot write {path} ({exc.strerror or exc}): point --out at a writable folder"
@@ -116,12 +108,6 @@ def draw_diff(before: Path, after: Path, out: str | None, min_width: float) -> l
     svg = prefix.with_name(prefix.name + ".svg")
     write_files([(svg, render_diff_svg(shape, heading))])
     return [svg]
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _nonempty(rows: tuple[StackRow, ...], folder: Path) -> tuple[StackRow, ...]:

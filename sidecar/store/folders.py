@@ -27,7 +27,8 @@ from typing import Any
 
 from sidecar import outproc
 from sidecar.errors import OutputError
-from sidecar.store.writers import fsync_dir, write_snapshot
+from sidecar.store.atomic import aside_path, write_file
+from sidecar.store.writers import write_snapshot
 from sidecar.window.snapshot import Snapshot
 
 log = logging.getLogger("vllm_sidecar")
@@ -39,7 +40,8 @@ TS_FORMAT = "%Y%m%dT%H%M%SZ"
 # `write_snapshot` appends `-1`, `-2` to a taken name, so a baseline collision is `TS-baseline-1`.
 _NAME = re.compile(r"^(?P<ts>\d{8}T\d{6}Z)(?P<baseline>-baseline)?(?:-(?P<seq>\d+))?$")
 SNAPSHOT_NAME = _NAME  # what a complete snapshot folder is called (readers list folders by it)
-# What a killed process leaves: a writer's `.<name>.tmp-<pid>`, our `.<name>.del-<pid>`.
+# What a killed process leaves: the temporary `.<name>.tmp-<pid>` of a write and the
+# `.<name>.del-<pid>` of a delete (every writer names them so: sidecar/store/atomic.py).
 _LEFTOVER = re.compile(r"^\..+\.(?:tmp|del)-(?P<pid>\d+)$")
 _SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
@@ -357,7 +359,7 @@ class SnapshotStore:
 
     def _delete(self, e: StoredSnapshot) -> bool:
         """Rename to a hidden name first, so no reader sees a half-deleted folder."""
-        hidden = self.dir / f".{e.name}.del-{os.getpid()}"
+        hidden = aside_path(self.dir / e.name)
         try:
             os.replace(self.dir / e.name, hidden)
         except FileNotFoundError:
@@ -406,18 +408,11 @@ class SnapshotStore:
         }
 
     def _write_index(self) -> None:
-        """Temp file in the same folder, fsync, os.replace: readers see the old or the new."""
-        tmp = self.dir / f".{INDEX_NAME}.tmp-{os.getpid()}"
+        """Written atomically (sidecar/store/atomic.py): readers see the old or the new."""
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
-            with tmp.open("w") as handle:
-                handle.write(json.dumps(self._index_doc(), indent=2) + "\n")
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, self.dir / INDEX_NAME)
-            fsync_dir(self.dir)
+            write_file(self.dir / INDEX_NAME, json.dumps(self._index_doc(), indent=2) + "\n")
         except OSError as exc:
-            _remove(tmp)
             if not self._index_failing:
                 log.warning("cannot update %s (the previous one stays): %s",
                             self.dir / INDEX_NAME, exc)  # fmt: skip

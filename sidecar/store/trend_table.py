@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 from collections.abc import Collection, Iterable, Mapping
 from datetime import UTC, datetime
 from functools import cache
@@ -31,7 +30,8 @@ import pyarrow.parquet as pq
 
 from sidecar.records import Phase, Role
 from sidecar.records.summary import Fingerprint, SnapshotSummary
-from sidecar.store.writers import fsync_dir, to_jsonable
+from sidecar.store.atomic import write_file
+from sidecar.store.writers import to_jsonable
 
 TABLE_NAME = "snapshots.parquet"
 PARTS_DIR = ".table"
@@ -232,20 +232,11 @@ class TrendTable:
                 part.unlink()
 
     def _write(self, table: pa.Table, path: Path) -> None:
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        """Written atomically and fsynced (sidecar/store/atomic.py)."""
         try:
-            table = table.replace_schema_metadata(table_schema().metadata)
-            with tmp.open("wb") as handle:
-                pq.write_table(table, handle, compression="zstd")
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-            fsync_dir(path.parent)
-        except (OSError, pa.ArrowException) as exc:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            if isinstance(exc, OSError):
-                raise
+            stamped = table.replace_schema_metadata(table_schema().metadata)
+            write_file(path, lambda handle: pq.write_table(stamped, handle, compression="zstd"))
+        except pa.ArrowException as exc:
             raise TableError(f"cannot write {path}: {exc}") from exc
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import shutil
 import tempfile
 import threading
@@ -34,8 +33,8 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import quote
 
+from sidecar.store.atomic import write_file
 from sidecar.store.folders import StoredSnapshot
-from sidecar.store.writers import fsync_dir
 
 log = logging.getLogger("vllm_sidecar")
 
@@ -146,21 +145,9 @@ class UploadLedger:
         return (self.dir / f"{name}.json").is_file()
 
     def confirm(self, name: str, doc: Mapping[str, object]) -> None:
-        """Written to a temporary name, fsynced and renamed: a crash leaves a marker or none."""
+        """Written atomically (sidecar/store/atomic.py): a crash leaves a marker or none."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        path = self.dir / f"{name}.json"
-        tmp = self.dir / f".{name}.json.tmp-{os.getpid()}"
-        try:
-            with tmp.open("w") as handle:
-                handle.write(json.dumps(doc, indent=2) + "\n")
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-            fsync_dir(self.dir)
-        except OSError:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise
+        write_file(self.dir / f"{name}.json", json.dumps(doc, indent=2) + "\n")
 
     def prune(self, present: set[str]) -> int:
         """Remove the markers of folders that retention deleted since."""

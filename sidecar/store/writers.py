@@ -1,22 +1,21 @@
 """Snapshot writers, registered by format name; a snapshot folder appears atomically.
 
 Every file is written inside a hidden temporary folder next to the final one, fsynced, and the
-folder is renamed into place with os.replace: a reader (or a `kill -9` mid-write) never sees a
-half-written snapshot (the node_exporter textfile pattern).
+folder is renamed into place with os.replace (sidecar/store/atomic.py): a reader (or a
+`kill -9` mid-write) never sees a half-written snapshot (the node_exporter textfile pattern).
 """
 
 from __future__ import annotations
 
 import errno
 import json
-import os
-import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol
 
 from sidecar.errors import OutputError
+from sidecar.store.atomic import write_folder
 from sidecar.window.snapshot import Snapshot
 
 
@@ -101,19 +100,16 @@ def write_snapshot(
     incident's dumps). Returns the final folder."""
     writers = [_writer(f, kind) for f in (formats or tuple(WRITERS))]
     final = _free_name(out_dir, name or snapshot.name)
-    tmp = out_dir / f".{final.name}.tmp-{os.getpid()}"
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        tmp.mkdir()
+
+    def fill(folder: Path) -> None:
         for writer in writers:
-            writer.write(snapshot, tmp / writer.filename)
+            writer.write(snapshot, folder / writer.filename)
         for filename, text in (extra or {}).items():
-            (tmp / filename).write_text(text)
-        _fsync_tree(tmp)
-        os.replace(tmp, final)
-        fsync_dir(out_dir)
+            (folder / filename).write_text(text)
+
+    try:
+        write_folder(final, fill)
     except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
         raise OutputError(_explain_os_error(exc, out_dir)) from exc
     return final
 
@@ -129,21 +125,6 @@ def _free_name(out_dir: Path, name: str) -> Path:
     while candidate.exists():
         candidate, n = out_dir / f"{name}-{n}", n + 1
     return candidate
-
-
-def _fsync_tree(folder: Path) -> None:
-    for f in folder.iterdir():
-        with f.open("rb") as handle:
-            os.fsync(handle.fileno())
-    fsync_dir(folder)
-
-
-def fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _explain_os_error(exc: OSError, out_dir: Path) -> str:

@@ -9,9 +9,6 @@ swapped in, so a reader never sees half a run and a re-export never adds to an o
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,16 +17,14 @@ from tensorboardX import FileWriter
 from tensorboardX.proto.summary_pb2 import Summary
 
 from sidecar.errors import OutputError
+from sidecar.store.atomic import replace_folder
 
 
 def write_run(run: Path, steps: Iterable[Step]) -> None:
     """Replace the run folder `run` with one event file holding `steps`."""
-    tmp = run.with_name(f".{run.name}.tmp-{os.getpid()}")
-    old = run.with_name(f".{run.name}.del-{os.getpid()}")
-    try:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        writer = FileWriter(str(tmp), max_queue=1000, flush_secs=3600)
+
+    def fill(folder: Path) -> None:
+        writer = FileWriter(str(folder), max_queue=1000, flush_secs=3600)
         try:
             for step in steps:
                 values = [Summary.Value(tag=tag, simple_value=value)
@@ -37,16 +32,12 @@ def write_run(run: Path, steps: Iterable[Step]) -> None:
                 writer.add_summary(Summary(value=values), step.step, step.wall_time)
         finally:
             writer.close()
-        if run.exists():
-            os.replace(run, old)
-        os.replace(tmp, run)
+
+    try:
+        replace_folder(run, fill)
     except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
         raise OutputError(f"cannot write the TensorBoard run {run}: {exc}: give --logdir a "
                           "writable folder with free space") from exc  # fmt: skip
-    finally:
-        with contextlib.suppress(OSError):
-            shutil.rmtree(old)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from sidecar.store.atomic import write_file
 from sidecar.store.trend_table import CUSTOM_PREFIX
 from sidecar.trend.series import ROLES, Trend, short_name
 
@@ -81,10 +82,12 @@ def trend_figure(trend: Trend) -> Figure:
 
 
 def save_png(fig: Figure, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, format="png", dpi=100)
-    plt.close(fig)
-    tmp.replace(path)
+    """The figure as a PNG file, written atomically (sidecar/store/atomic.py); it is closed."""
+    try:
+        write_file(path, lambda handle: fig.savefig(handle, format="png", dpi=100),
+                   durable=False)  # fmt: skip
+    finally:
+        plt.close(fig)
 
 
 def png_bytes(fig: Figure) -> bytes:
