@@ -600,8 +600,9 @@ def _tree(root: Path) -> dict[str, tuple[int, int]]:
 
 def record(checkout: Path, out: Path, jobs: int, only: re.Pattern[str] | None) -> int:
     checkout = checkout.absolute()
-    if not (checkout / "sidecar" / "cli.py").is_file():
-        sys.exit(f"golden: no sidecar/cli.py in {checkout}")
+    cli = checkout / "sidecar" / "cli"  # a package since issue 21, a module before
+    if not (cli.with_suffix(".py").is_file() or (cli / "__init__.py").is_file()):
+        sys.exit(f"golden: no sidecar.cli in {checkout}")
     if out.exists() and any(out.iterdir()):
         if not (out / CASES_FILE).is_file():
             sys.exit(f"golden: {out} is not empty and holds no {CASES_FILE}: not overwriting it")

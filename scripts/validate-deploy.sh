@@ -221,7 +221,7 @@ EOF
   out="$("$venv/bin/python" - "$scratch"/wheel/*.whl <<'EOF' 2>&1
 import sys, zipfile
 names = zipfile.ZipFile(sys.argv[1]).namelist()
-need = ["sidecar/cli.py", "share/vllm-sidecar/configs/phases.yaml"]
+need = ["sidecar/cli/__init__.py", "share/vllm-sidecar/configs/phases.yaml"]
 missing = [n for n in need if not any(x == n or x.endswith(".data/data/" + n) for x in names)]
 entry = next((zipfile.ZipFile(sys.argv[1]).read(x).decode() for x in names if x.endswith("entry_points.txt")), "")
 if "vllm-sidecar = sidecar.cli:main" not in entry:

@@ -5,6 +5,17 @@ Every message names the fix, so an operator reading a journal line knows what to
 
 from __future__ import annotations
 
+from enum import IntEnum
+
+
+class ExitStatus(IntEnum):
+    """What a command that ended without an error says by its exit code."""
+
+    OK = 0
+    CHECKS_FAILED = 1  # `doctor`: a check failed; what to fix is printed beside it
+    REGRESSION = 10  # `diff --fail-on`: a significant regression beyond the threshold
+    ABORTED = 130  # Ctrl-C: 128 + SIGINT, as a shell reports it
+
 
 class SidecarError(Exception):
     """An error the operator can act on. The message says how."""
@@ -42,7 +53,10 @@ class OutputError(SidecarError):
     exit_code = 6
 
 
+BUG_EXIT = 70  # EX_SOFTWARE: a bug in the sidecar, not an operator error
+
+
 def exit_code(error: BaseException) -> int:
     if isinstance(error, SidecarError):
         return error.exit_code
-    return 70  # EX_SOFTWARE: a bug in the sidecar, not an operator error
+    return BUG_EXIT

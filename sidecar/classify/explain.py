@@ -155,3 +155,11 @@ def as_text(explained: Sequence[ExplainedStack], limit: int | None = None) -> st
 
 
 # ------------------------------------------------------------------------------ input
+
+
+def as_document(
+    explained: Sequence[ExplainedStack], rules: str, warnings: Sequence[str]
+) -> dict[str, Any]:
+    """`classify --explain --json`: the rules' fingerprint, the samples, the stacks, warnings."""
+    return {"rules": rules, "samples": sum(e.weight for e in explained),
+            "stacks": as_json(explained), "warnings": list(warnings)}  # fmt: skip

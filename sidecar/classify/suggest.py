@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sidecar.classify.classifier import Classifier
 from sidecar.classify.explain import ExplainedStack, explain
@@ -248,3 +249,11 @@ def as_text(suggestions: Sequence[Suggestion], total: int) -> str:
         )
         lines.append(s.skeleton)
     return "\n".join(lines)
+
+
+def as_json(suggestions: Sequence[Suggestion], rules: str, total: int) -> dict[str, Any]:
+    """`rules suggest --format json`: the rules' fingerprint, the samples read, each suggestion."""
+    return {"rules": rules, "samples": total, "suggestions": [
+        {"frame": s.frame.label(), "phase_now": s.phase_now.value, "samples": s.samples,
+         "stacks": s.stacks, "moved": s.moved, "changed": s.changed, "share": round(s.share, 6),
+         "phase": s.phase.value, "skeleton": s.skeleton} for s in suggestions]}  # fmt: skip

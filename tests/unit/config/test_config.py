@@ -17,7 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sidecar.classify.rules import load_rules
-from sidecar.cli import DAEMON_SETTINGS, _settings, _snapshot_settings, cli, main
+from sidecar.cli import cli, main
+from sidecar.cli.options import DAEMON_SETTINGS, settings_from
+from sidecar.cli.snapshot import snapshot_settings
 from sidecar.config.load import ENV_VARIABLES, FLAGS, NOT_SETTINGS, load_config, snapshot_options
 from sidecar.config.settings import SNAPSHOT_DEFAULTS, Config
 from sidecar.doctor import check_rule_files
@@ -275,7 +277,7 @@ def test_snapshot_takes_config(tmp_path: Path) -> None:
     path = write(tmp_path, "target: {pid: 4242}\nsampling: {rate_hz: 20, cpu_budget: 5%}\n"
                            "metrics: {url: 'http://10.0.0.1:8000/metrics', timeout_s: 5s}\n")  # fmt: skip
     with context("snapshot", ["--config", str(path), "--out", str(tmp_path)]) as ctx:
-        config, options = _snapshot_settings(ctx)
+        config, options = snapshot_settings(ctx)
     assert config.target.pid == 4242 and config.sampling.rate_hz == 20
     assert config.sampling.cpu_budget == pytest.approx(0.05)
     assert config.metrics.timeout_s == 5 and config.source == str(path)
@@ -286,11 +288,11 @@ def test_snapshot_flags_override_its_config_and_keep_its_defaults(tmp_path: Path
     path = write(tmp_path, "target: {discover: true}\nsampling: {rate_hz: 20}\n")
     args = ["--config", str(path), "--pid", "77", "--rate", "7", "--out", str(tmp_path)]
     with context("snapshot", args) as ctx:
-        config, _ = _snapshot_settings(ctx)
+        config, _ = snapshot_settings(ctx)
     assert config.target.pid == 77 and not config.target.discover  # --pid over file discovery
     assert config.sampling.rate_hz == 7
     with context("snapshot", ["--discover", "--out", str(tmp_path)]) as ctx:
-        config, _ = _snapshot_settings(ctx)
+        config, _ = snapshot_settings(ctx)
     assert config.sampling.cpu_budget is None  # one window: a fixed rate unless asked
     assert SNAPSHOT_DEFAULTS.sampling.cpu_budget is None
 
@@ -298,7 +300,7 @@ def test_snapshot_flags_override_its_config_and_keep_its_defaults(tmp_path: Path
 @pytest.mark.parametrize("duration", ["30s", "30", "0.5m"])
 def test_snapshot_duration_takes_a_unit(tmp_path: Path, duration: str) -> None:
     with context("snapshot", ["--pid", "1", "--duration", duration, "--out", "x"]) as ctx:
-        _, options = _snapshot_settings(ctx)
+        _, options = snapshot_settings(ctx)
     assert options.duration_s == 30 and options.out == Path("x")
 
 
@@ -333,10 +335,10 @@ def test_rules_flag_reaches_run_and_snapshot(tmp_path: Path) -> None:
     """`run` always used the built-in rules; now --rules (or `rules:`) reaches the daemon."""
     rules = write(tmp_path, RULES, "phases.yaml")
     with context("run", ["--rules", str(rules)]) as ctx:
-        config, _, flags = _settings(ctx, DAEMON_SETTINGS, Config())
+        config, _, flags = settings_from(ctx, DAEMON_SETTINGS, Config())
     assert config.rules == rules and flags == {"rules": str(rules)}  # re-applied on SIGHUP
     with context("snapshot", ["--pid", "1", "--rules", str(rules), "--out", "x"]) as ctx:
-        config, _ = _snapshot_settings(ctx)
+        config, _ = snapshot_settings(ctx)
     assert [r.name for r in load_rules(config.rules).rules] == ["my-forward"]
 
 
@@ -362,7 +364,7 @@ def test_the_cli_accepts_the_documented_cache_variable(
     monkeypatch.setenv("VLLM_SIDECAR_CACHE", str(tmp_path))
     monkeypatch.setenv("VLLM_SIDECAR_SCHEDULE_WINDOW_S", "30s")
     with context("run", ["--interval", "1m"]) as ctx:
-        config, _, _ = _settings(ctx, DAEMON_SETTINGS, Config())
+        config, _, _ = settings_from(ctx, DAEMON_SETTINGS, Config())
     assert config.schedule.window_s == 30 and config.schedule.interval_s == 60
 
 

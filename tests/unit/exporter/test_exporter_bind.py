@@ -10,7 +10,7 @@ import socket
 
 import pytest
 
-from sidecar.cli import run
+from sidecar.cli.run import run
 from sidecar.config.listen import ListenAddress
 from sidecar.config.load import load_config
 from sidecar.config.settings import Config

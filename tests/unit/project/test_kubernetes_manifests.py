@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sidecar.cli import run
+from sidecar.cli.run import run
 from sidecar.config.load import load_config
 from sidecar.config.targets import TargetSpec
 
