@@ -34,6 +34,7 @@ from fsspec.spec import AbstractFileSystem
 from sidecar.errors import ConfigError, InputError
 from sidecar.records.summary import SnapshotSummary
 from sidecar.store.folders import INDEX_NAME, SNAPSHOT_NAME
+from sidecar.store.stacks import PARQUET
 from sidecar.store.summary_io import SUMMARY_NAME, parse_summary, read_summary
 from sidecar.store.trend_table import (
     PARTS_DIR,
@@ -45,7 +46,6 @@ from sidecar.store.trend_table import (
 from sidecar.trend.source import host_folders, load_table, snapshot_folders
 
 Note = Callable[[str], None]
-STACKS_NAME = "stacks.parquet"
 ROW_NAME = (
     "row.parquet"  # the uploader's copy of a folder's row, put last (sidecar/store/upload.py)
 )
@@ -169,7 +169,7 @@ def _local(source: Path, note: Note) -> tuple[pa.Table, list[Folder]]:
         table = load_table(folder, note)
         tables.append(_with_host(_qualified(table, where), host))
         for name in sorted(snapshot_folders(folder)):
-            stacks = folder / name / STACKS_NAME
+            stacks = folder / name / PARQUET
             found.append(Folder(host, _name(where, name), str(folder / name / SUMMARY_NAME),
                                 str(stacks) if stacks.is_file() else None))  # fmt: skip
     return pa.concat_tables(tables, promote_options="permissive"), found
@@ -245,7 +245,7 @@ def _remote(source: str, note: Note) -> tuple[pa.Table, list[Folder], AbstractFi
     found = []
     for (host, where, n), got in sorted(files.items()):
         if SUMMARY_NAME in got:
-            folder = Folder(host, _name(where, n), got[SUMMARY_NAME], got.get(STACKS_NAME),
+            folder = Folder(host, _name(where, n), got[SUMMARY_NAME], got.get(PARQUET),
                             got.get(ROW_NAME))  # fmt: skip
             found.append((where, folder))
     if not found:

@@ -1,17 +1,24 @@
-"""A snapshot's stacks files, the one module that knows them: stacks.parquet (read with
-pyarrow, only the columns a reader needs, so snapshots of every schema read alike: schema 1 and 2
-lack host, deployment, snapshot, time and kind) and its fallback stacks.collapsed
-(`role;phase;frames weight` lines); and stack files of every format `classify` reads.
+"""A snapshot's stacks files, the one module that knows them: their names, the columns of
+stacks.parquet and their types, and the `role;phase;frames weight` lines of its fallback
+stacks.collapsed; the writers (sidecar/store/writers.py) write them from these, the readers here
+read them back. stacks.parquet is read with pyarrow, only the columns a reader needs, so
+snapshots of every schema read alike (schema 1 and 2 lack host, deployment, snapshot, time and
+kind); and stack files of every format `classify` reads.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from sidecar.errors import InputError
 from sidecar.parsers import parse_file, parse_raw
 from sidecar.records import Role, StackSample
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,12 +32,18 @@ class StackRow:
 
 
 PARQUET = "stacks.parquet"
-
-
 COLLAPSED = "stacks.collapsed"
 
-
-COLUMNS = ("role", "phase", "weight", "stack")
+# stacks.parquet, one row per distinct stack (Snapshot.stack_rows). Every row carries where and
+# when it was taken, so the stacks.parquet of many snapshots (hosts, deployments) concatenate
+# into one table without joins.
+STACK_COLUMNS = (
+    "host", "deployment", "snapshot", "time", "kind",
+    "pid", "role", "thread_id", "thread_name", "phase", "stage",
+    "weight", "frame", "rule", "stack",
+)  # fmt: skip
+STACK_TYPES = {"pid": "int64", "weight": "int64"}  # the rest are strings
+COLUMNS = ("role", "phase", "weight", "stack")  # what the readers take: in every schema
 
 
 _RETAKE = "take the snapshot again (`vllm-sidecar snapshot`)"
@@ -90,6 +103,25 @@ def _row(
         )
     frames = tuple(stack.split(";")) if stack else ()
     return StackRow(str(role or "other"), str(phase or "other"), frames, weight)
+
+
+def collapsed_text(rows: Iterable[Mapping[str, Any]]) -> str:
+    """stacks.collapsed from stack rows (STACK_COLUMNS): `role;phase;root;...;leaf weight`
+    lines, as flamegraph.pl, speedscope and inferno read them; the two leading pseudo-frames
+    group a flame graph by role and phase."""
+    lines = [f"{row['role']};{row['phase']};{row['stack']} {row['weight']}" for row in rows]
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def stack_table(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
+    """stacks.parquet's table from stack rows: STACK_COLUMNS in order, typed by STACK_TYPES.
+    pyarrow alone: the types are those pandas wrote (strings, int64 pid and weight); a column
+    of None alone is a string column here, pandas' was of null type: every reader concatenates
+    with permissive promotion."""
+    import pyarrow as pa  # at the edge only (STYLE.md 1)
+
+    return pa.table({c: pa.array([r.get(c) for r in rows], type=STACK_TYPES.get(c, "string"))
+                     for c in STACK_COLUMNS})  # fmt: skip
 
 
 def read_collapsed(text: str, source: Path | str = COLLAPSED) -> tuple[StackRow, ...]:

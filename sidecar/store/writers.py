@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from sidecar.errors import OutputError
 from sidecar.store.atomic import write_folder
+from sidecar.store.stacks import COLLAPSED, PARQUET, collapsed_text, stack_table
 from sidecar.window.snapshot import Snapshot
 
 
@@ -40,44 +41,31 @@ class SummaryJsonWriter:
 
 
 class CollapsedWriter:
-    """`role;phase;root;...;leaf count` lines: flamegraph.pl, speedscope and inferno read them,
-    and the two leading pseudo-frames group the flame graph by role and phase."""
+    """stacks.collapsed: `role;phase;root;...;leaf count` lines (sidecar/store/stacks.py)."""
 
-    filename = "stacks.collapsed"
+    filename = COLLAPSED
 
     def write(self, snapshot: Snapshot, path: Path) -> None:
-        lines = [
-            f"{row['role']};{row['phase']};{row['stack']} {row['weight']}"
-            for row in snapshot.stack_rows()
-        ]
-        path.write_text("\n".join(lines) + ("\n" if lines else ""))
+        path.write_text(collapsed_text(snapshot.stack_rows()))
 
 
 class ParquetWriter:
-    """One row per distinct stack, with host, deployment, snapshot, time and kind on every row:
-    a folder of snapshots concatenates into one table (pandas, DuckDB) without joins."""
+    """stacks.parquet: one row per distinct stack, with host, deployment, snapshot, time and
+    kind on every row (the columns: sidecar/store/stacks.py), so a folder of snapshots
+    concatenates into one table (pandas, DuckDB) without joins."""
 
-    filename = "stacks.parquet"
+    filename = PARQUET
 
     def __init__(self, kind: str | None = None) -> None:
         self.kind = kind
 
     def write(self, snapshot: Snapshot, path: Path) -> None:
         # pyarrow alone (at the edge only, STYLE.md 1): importing pandas for this cost the
-        # daemon's write child 0.45 s of CPU per snapshot. The types are those pandas wrote
-        # (strings, int64 pid and weight); a column of None alone is a string column here,
-        # pandas' was of null type: every reader concatenates with permissive promotion.
-        import pyarrow as pa
+        # daemon's write child 0.45 s of CPU per snapshot.
         import pyarrow.parquet as pq
 
-        rows = snapshot.stack_rows(self.kind)
-        columns = {c: [r.get(c) for r in rows] for c in Snapshot.STACK_COLUMNS}
-        table = pa.table({c: pa.array(v, type=STACK_TYPES.get(c, "string"))
-                          for c, v in columns.items()})  # fmt: skip
-        pq.write_table(table, path)
+        pq.write_table(stack_table(snapshot.stack_rows(self.kind)), path)
 
-
-STACK_TYPES = {"pid": "int64", "weight": "int64"}  # the rest are strings
 
 WRITERS: dict[str, Callable[[], SnapshotWriter]] = {
     "summary": SummaryJsonWriter,
