@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sidecar.config import units
+from sidecar.config.entries import mapping_entry
 from sidecar.errors import ConfigError
 
 # auto: the family's `# TYPE` decides; counter -> a rate per second; gauge -> the mean of the
@@ -65,11 +66,7 @@ def parse_custom_metrics(raw: Any, where: str) -> tuple[CustomMetricSpec, ...]:
 
 def _spec(entry: Any, i: int, where: str) -> CustomMetricSpec:
     at = f"custom_metrics[{i}]"
-    if not isinstance(entry, Mapping):
-        raise ConfigError(f"{at}: is {units.kind_of(entry)} ({where}); give a mapping, {EXAMPLE}")
-    unknown = sorted(str(k) for k in entry if k not in KEYS)
-    if unknown:
-        raise ConfigError(f"{at}: unknown key {unknown[0]!r} ({where}); known: {', '.join(KEYS)}")
+    entry = mapping_entry(entry, at, where, KEYS, EXAMPLE)
     name = _required(entry, "name", at, where)
     if not _NAME.match(name):
         raise ConfigError(

@@ -12,12 +12,12 @@ error naming the entry, the key and the fix. Without it, `target:` names one ser
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sidecar.config import units
+from sidecar.config.entries import mapping_entry
 from sidecar.errors import ConfigError
 
 KEYS = ("pid", "pid_file", "discover", "metrics_url")
@@ -55,11 +55,7 @@ def parse_targets(raw: Any, where: str) -> tuple[TargetSpec, ...]:
 
 def _spec(entry: Any, i: int, where: str) -> TargetSpec:
     at = f"targets[{i}]"
-    if not isinstance(entry, Mapping):
-        raise ConfigError(f"{at}: is {units.kind_of(entry)} ({where}); give a mapping, {EXAMPLE}")
-    unknown = sorted(str(k) for k in entry if k not in KEYS)
-    if unknown:
-        raise ConfigError(f"{at}: unknown keys {unknown} ({where}); known: {list(KEYS)}")
+    entry = mapping_entry(entry, at, where, KEYS, EXAMPLE)
     values: dict[str, Any] = {}
     for key, unit in (("pid", units.PID), ("pid_file", units.PATH), ("discover", units.BOOL),
                       ("metrics_url", units.URL)):  # fmt: skip

@@ -276,7 +276,7 @@ custom_metrics:
         ("- {name: a, metric: m, kind: rate}",
          r"custom_metrics\[0\]\.kind: 'rate' .* give one of auto, counter, gauge, histogram"),
         ("- {name: a, metric: m, labls: {x: y}}",
-         r"custom_metrics\[0\]: unknown key 'labls' .* known: name, metric, url"),
+         r"custom_metrics\[0\]: unknown keys \['labls'\] .* known: name, metric, url"),
         ("- {name: a}", r"custom_metrics\[0\]\.metric: missing .* needs name and metric"),
         ("- {name: a-b, metric: m}", r"custom_metrics\[0\]\.name: 'a-b' .* letters, digits"),
         ("- {name: a, metric: 'vllm generation'}", r"not a Prometheus metric name"),
