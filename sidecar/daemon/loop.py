@@ -51,12 +51,12 @@ from sidecar.daemon.parts import (
     real_collector,
 )
 from sidecar.daemon.schedule import PlannedWindow, WindowKind
+from sidecar.daemon.uptime import backoff
 from sidecar.errors import AttachError, SamplerError, SidecarError
 from sidecar.exporter import ExporterGroup, ExporterState, start_exporter
 from sidecar.target.discovery import AmbiguousTarget, Deployment, configured_target
 
 log = logging.getLogger("vllm_sidecar")
-BACKOFF_MAX_S = 30.0
 TICK_S = 1.0  # how often a wait wakes: reloads, the watchdog's heartbeat, the target's liveness
 
 
@@ -285,24 +285,25 @@ class Daemon:
         return target.still_alive(self.parts.procfs)
 
     def _wait_for_target_at_start(self) -> Deployment | None:
-        timeout = self.config.target.start_timeout_s
-        deadline, delay = self.clock() + timeout, 1.0
-        while True:
-            try:
-                target = self._find()
-            except (AttachError, AmbiguousTarget) as exc:
-                if isinstance(exc, AmbiguousTarget):
-                    self.failures.failed(Failure(WindowFailure.DISCOVERY_AMBIGUOUS, str(exc)))
-                if self.clock() >= deadline:
-                    raise type(exc)(f"{exc} (waited {timeout:g} s)") from None
-                log.info("waiting for the target: %s", exc)
-            else:
-                self.failures.cleared(WindowFailure.DISCOVERY_AMBIGUOUS)
-                self._attached(target)
-                return target
-            if self._sleep_until(self.clock() + delay) is Wake.STOP:
-                return None
-            delay = min(delay * 2, BACKOFF_MAX_S)
+        deadline = self.clock() + self.config.target.start_timeout_s
+        return backoff(lambda: self._first_target(deadline), self._sleep)
+
+    def _first_target(self, deadline: float) -> Deployment | None:
+        """The target, or None to wait on; past `deadline`, the finder's error (exit 4, or 2
+        for more than one server) saying how long it waited."""
+        try:
+            target = self._find()
+        except (AttachError, AmbiguousTarget) as exc:
+            if isinstance(exc, AmbiguousTarget):
+                self.failures.failed(Failure(WindowFailure.DISCOVERY_AMBIGUOUS, str(exc)))
+            if self.clock() >= deadline:
+                waited = self.config.target.start_timeout_s
+                raise type(exc)(f"{exc} (waited {waited:g} s)") from None
+            log.info("waiting for the target: %s", exc)
+            return None
+        self.failures.cleared(WindowFailure.DISCOVERY_AMBIGUOUS)
+        self._attached(target)
+        return target
 
     def _target_lost(self, reason: str) -> None:
         if self._outage is None:
@@ -318,11 +319,9 @@ class Daemon:
     def _reacquire(self) -> bool:
         """Rediscover with backoff until found or stopped; the outage is recorded as one gap,
         and the schedule goes on at its next deadline on the grid."""
-        delay = 1.0
-        while (target := self._replacement()) is None:
-            if self._sleep_until(self.clock() + delay) is Wake.STOP:
-                return False
-            delay = min(delay * 2, BACKOFF_MAX_S)
+        target = backoff(self._replacement, self._sleep)
+        if target is None:
+            return False
         if self._outage is not None:
             self.parts.store.record_gap(self._outage.since_wall, self.wall(), self._outage.reason)
         self._outage, self._lost = None, None
@@ -359,6 +358,10 @@ class Daemon:
     def _should_stop(self) -> bool:
         self.signals.heartbeat = self.clock()  # the sampler polls this every ~0.2 s
         return self.signals.stop.is_set()
+
+    def _sleep(self, seconds: float) -> bool:
+        """Sleep `seconds` (reloads on the way): True when asked to stop meanwhile."""
+        return self._sleep_until(self.clock() + seconds) is Wake.STOP
 
     def _sleep_until(self, deadline: float, watch: Deployment | None = None) -> Wake:
         """Sleep to an absolute deadline; reloads on the way, and wakes early when asked to stop,

@@ -50,6 +50,7 @@ from sidecar.daemon.loop import TICK_S, Daemon, Wake, keep_window, start_uploads
 from sidecar.daemon.parts import Builders, Parts, Store, WindowCollector, WindowResult, build_parts
 from sidecar.daemon.parts import real_collector as _real_collector
 from sidecar.daemon.schedule import PlannedWindow
+from sidecar.daemon.uptime import backoff
 from sidecar.errors import AttachError, SidecarError
 from sidecar.exporter import ExporterGroup, ExporterState
 from sidecar.store.folders import DiskState, StoredSnapshot, WriteOutcome
@@ -58,7 +59,6 @@ from sidecar.target.discovery import Deployment, DeploymentId, deployment_id, fi
 
 log = logging.getLogger("vllm_sidecar")
 RESCAN_S = 5.0  # target.rescan_s's default: a /proc scan costs ~0.2 ms CPU per process
-BACKOFF_MAX_S = 30.0
 DEPLOYMENT_LABELS = ("deployment", "model", "port")
 
 Found = tuple[list[tuple[Deployment, TargetSpec]], list[str]]
@@ -170,19 +170,20 @@ class MultiTargetDaemon(Daemon):
     def _wait_for_any_at_start(self) -> bool:
         """Rediscover with backoff until a server is found: False when stopped meanwhile; an
         AttachError naming every entry after `target.start_timeout_s` (exit 4)."""
-        timeout = self.config.target.start_timeout_s
-        deadline, delay = self.clock() + timeout, 1.0
-        while True:
-            missing = self._rescan()
-            if any(m.target is not None for m in self.members.values()):
-                return True
-            if self.clock() >= deadline:
-                why = "; ".join(missing) or "no vLLM server found"
-                raise AttachError(f"no vLLM server of targets: {why} (waited {timeout:g} s)")
-            log.info("waiting for a vLLM server: %s", "; ".join(missing) or "none found")
-            if self._sleep_until(self.clock() + delay) is Wake.STOP:
-                return False
-            delay = min(delay * 2, BACKOFF_MAX_S)
+        deadline = self.clock() + self.config.target.start_timeout_s
+        return backoff(lambda: self._any_up(deadline), self._sleep) is not None
+
+    def _any_up(self, deadline: float) -> bool | None:
+        """True once a server is up; None to wait on; past `deadline` an AttachError."""
+        missing = self._rescan()
+        if any(m.target is not None for m in self.members.values()):
+            return True
+        if self.clock() >= deadline:
+            why = "; ".join(missing) or "no vLLM server found"
+            timeout = self.config.target.start_timeout_s
+            raise AttachError(f"no vLLM server of targets: {why} (waited {timeout:g} s)")
+        log.info("waiting for a vLLM server: %s", "; ".join(missing) or "none found")
+        return None
 
     # ------------------------------------------------------------------ who is there
 
