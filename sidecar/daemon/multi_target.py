@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -46,11 +47,11 @@ from sidecar.config.settings import Config
 from sidecar.config.targets import TargetSpec
 from sidecar.daemon.background import AlwaysOn, FleetAlwaysOn
 from sidecar.daemon.failures import FailureTally
-from sidecar.daemon.loop import TICK_S, Daemon, Wake, keep_window, start_uploads
-from sidecar.daemon.parts import Builders, Parts, Store, WindowCollector, WindowResult, build_parts
-from sidecar.daemon.parts import real_collector as _real_collector
+from sidecar.daemon.loop import keep_window
+from sidecar.daemon.parts import Builders, Parts, Store, WindowResult, build_parts
 from sidecar.daemon.schedule import PlannedWindow
-from sidecar.daemon.uptime import backoff
+from sidecar.daemon.shell import TICK_S, MakeCollector, Shell, Signals, Wake, start_uploads
+from sidecar.daemon.uptime import Uptime, backoff
 from sidecar.errors import AttachError, SidecarError
 from sidecar.exporter import ExporterGroup, ExporterState
 from sidecar.store.folders import DiskState, StoredSnapshot, WriteOutcome
@@ -73,20 +74,21 @@ class Member:
     parts: Parts
     state: ExporterState
     failures: FailureTally
+    uptime: Uptime  # its outages: gaps, `target_up`, restarts (the single daemon's bookkeeping)
     target: Deployment | None = None
     planned: PlannedWindow | None = None
-    restarts: int = 0
-    down_since: float | None = None  # wall seconds; None while up
-    down_clock: float | None = None  # the same moment on the monotonic clock
     forgotten: bool = False  # down past target.forget_after_s: not in the exporter
-    down_reason: str = ""
-    lost: Deployment | None = None  # the run last lost, until another is found
     always: AlwaysOn | None = None  # its hang watch and latency triggers (daemon.py's)
 
+    @property
+    def restarts(self) -> int:
+        return self.uptime.restarts
 
-class MultiTargetDaemon(Daemon):
+
+class MultiTargetDaemon:
     """The daemon over every server `config.targets` names; signals, reloads, the watchdog and
-    the exporter's endpoint are the single daemon's (daemon.py)."""
+    the exporter's endpoint are every daemon's (shell.py), outages each deployment's as the
+    single daemon's (uptime.py)."""
 
     def __init__(
         self,
@@ -94,10 +96,14 @@ class MultiTargetDaemon(Daemon):
         config_path: Path | None = None,
         flags: Mapping[str, Any] | None = None,
         environ: Mapping[str, str] | None = None,
-        *args: Any,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        *,
+        wait: Callable[[float], bool] | None = None,
         builders: Builders | None = None,
         find_all_targets: Callable[[], Found] | None = None,
-        **kw: Any,
+        alive: Callable[[Deployment], bool] | None = None,
+        make_collector: MakeCollector | None = None,
     ) -> None:
         """`find_all_targets()`: the deployments the entries name and why some found none
         (default: discovery.find_all over the config's proc_root); the rest as Daemon's."""
@@ -105,7 +111,11 @@ class MultiTargetDaemon(Daemon):
         # The daemon's own parts hold no store and no uploads: each deployment has its own,
         # and an index at OUT/<host>/ would hide the deployment folders from the readers.
         host_only = replace(make, store=_host_only, uploads=lambda config, store: None)
-        super().__init__(config, config_path, flags, environ, *args, builders=host_only, **kw)
+        self.shell = Shell(config, config_path, flags, environ, clock, wall_clock, wait=wait,
+                           builders=host_only, alive=alive, make_collector=make_collector,
+                           check_reload=check_fleet_target,  # target.pid beside targets: ignored
+                           reloaded=self._reload_members)  # fmt: skip
+        self.clock, self.wall = clock, wall_clock
         self._member_builders = make
         self._find_all = find_all_targets or self._configured_targets
         self._targets = config.targets
@@ -114,7 +124,6 @@ class MultiTargetDaemon(Daemon):
         self.members: dict[str, Member] = {}
         self._by_root: dict[tuple[int, int], str] = {}  # a running server's root -> its member
         self._next_scan = self.clock()
-        self._current: Member | None = None
         # SIGUSR1 and the control socket: a snapshot of every deployment up, at once.
         self.always = FleetAlwaysOn(
             lambda: {n: m.always for n, m in self.members.items() if m.always is not None},
@@ -122,24 +131,46 @@ class MultiTargetDaemon(Daemon):
             self.wall, self.signals.stop,
         )  # fmt: skip
 
-    def exported(self) -> ExporterState | ExporterGroup:
-        return self.group
+    # The shell's, by the names the CLI and the tests know.
+    @property
+    def parts(self) -> Parts:
+        return self.shell.parts
+
+    @property
+    def config(self) -> Config:
+        return self.shell.config
+
+    @property
+    def signals(self) -> Signals:
+        return self.shell.signals
+
+    @property
+    def state(self) -> ExporterState:
+        return self.shell.state
+
+    @property
+    def failures(self) -> FailureTally:
+        return self.shell.failures
 
     # ------------------------------------------------------------------ life
+
+    def run(self) -> int:
+        """The daemon as a process: signals, the exporter (every deployment's series), the
+        watchdog, then `serve`."""
+        return self.shell.run(self.serve, self.group, self.always)
 
     def serve(self) -> int:
         try:
             if not self._wait_for_any_at_start():
                 return 0  # stopped while waiting
             up = [m.id.name for m in self.members.values() if m.target is not None]
-            self.notifier.ready(f"profiling {len(up)} vLLM servers: {', '.join(up)}")
+            self.shell.notifier.ready(f"profiling {len(up)} vLLM servers: {', '.join(up)}")
             while not self.signals.stop.is_set():
                 self._step()
-            for m in self.members.values():  # a gap ends where the record ends
-                if m.down_since is not None:
-                    m.parts.store.record_gap(m.down_since, self.wall(), m.down_reason)
+            for m in self.members.values():
+                m.uptime.close()
         finally:
-            self.notifier.stopping()
+            self.shell.notifier.stopping()
             # All asked to stop, then one bounded wait: not N waits in turn.
             stop_all(
                 (m.parts.uploads for m in self.members.values() if m.parts.uploads),
@@ -159,7 +190,7 @@ class MultiTargetDaemon(Daemon):
         member = self._next_member()
         until = self._next_scan if member is None else min(self._next_planned(member),
                                                            self._next_scan)  # fmt: skip
-        wake = self._sleep_until(min(until, self.clock() + TICK_S))
+        wake = self.shell.sleep_until(min(until, self.clock() + TICK_S))
         if wake is Wake.REPLAN:
             self._replan()
         elif wake is Wake.DUE and member is not None and member.target is not None:
@@ -171,7 +202,7 @@ class MultiTargetDaemon(Daemon):
         """Rediscover with backoff until a server is found: False when stopped meanwhile; an
         AttachError naming every entry after `target.start_timeout_s` (exit 4)."""
         deadline = self.clock() + self.config.target.start_timeout_s
-        return backoff(lambda: self._any_up(deadline), self._sleep) is not None
+        return backoff(lambda: self._any_up(deadline), self.shell.sleep) is not None
 
     def _any_up(self, deadline: float) -> bool | None:
         """True once a server is up; None to wait on; past `deadline` an AttachError."""
@@ -205,12 +236,12 @@ class MultiTargetDaemon(Daemon):
     def _found(self, target: Deployment, spec: TargetSpec) -> None:
         ident = deployment_id(target)
         m = self.members.get(ident.name)
-        if m is not None and m.target is not None and self._alive(m.target):
+        if m is not None and m.target is not None and self.shell.alive(m.target):
             # Another live server of the same name (model@port in another network namespace):
             # a deployment of its own, named by its root PID.
             ident = replace(ident, name=f"{ident.name}-{target.root.pid}")
             m = self.members.get(ident.name)
-        if m is not None and m.lost is not None and target.is_remnant_of(m.lost):
+        if m is not None and m.uptime.remnant(target):
             log.debug("vLLM %d lost a serving process and is shutting down", target.root.pid)
             return
         if m is None:
@@ -229,7 +260,12 @@ class MultiTargetDaemon(Daemon):
                 raise  # at start (an output folder that cannot be written, exit 6): fatal
             log.error("cannot profile deployment %s: %s", ident.name, exc)  # the others go on
             return None
-        m = Member(ident, spec, parts, state, FailureTally(state.update_failures))
+
+        def store() -> Store:  # the member's, as a reload leaves it
+            return m.parts.store
+
+        uptime = Uptime(store, state, self.clock, self.wall)
+        m = Member(ident, spec, parts, state, FailureTally(state.update_failures), uptime)
 
         def keep(result: WindowResult, planned: PlannedWindow, parts: Parts) -> str | None:
             return keep_window(result, planned, parts, m.state, m.failures)
@@ -257,21 +293,18 @@ class MultiTargetDaemon(Daemon):
         return parts
 
     def _attach(self, m: Member, target: Deployment, ident: DeploymentId) -> None:
-        schedule, now = m.parts.schedule, self.clock()
-        if m.down_since is not None:
-            m.parts.store.record_gap(m.down_since, self.wall(), m.down_reason)
-            m.restarts += 1
-            schedule.skip_until(now)
+        """Its first server starts its schedule; one found after an outage closes its gap,
+        counts a restart, and its schedule goes on at its next deadline on the grid."""
+        m.target, m.id, m.planned = target, ident, None
+        if m.uptime.found():
+            m.parts.schedule.skip_until(self.clock())
         else:
-            schedule.begin()
-        m.target, m.id, m.down_since, m.lost, m.planned = target, ident, None, None, None
-        m.down_clock = None
+            m.parts.schedule.begin()
         if m.forgotten:  # back after being dropped: its series (and counters) again
             m.forgotten = False
             self.group.add(m.id.name, m.state)
         self._by_root[target.root.key] = m.id.name
         m.state.instance_labels = {"root_start": str(target.root.start_time)}
-        m.state.update_target(True, m.restarts, None)
         roles = ", ".join(f"{p.pid} {p.role.value}" for p in target.processes)
         log.info("deployment %s: attached to vLLM %d: %s", m.id.name, target.root.pid, roles)
         if m.always is not None:
@@ -279,7 +312,7 @@ class MultiTargetDaemon(Daemon):
 
     def _check_alive(self) -> None:
         for m in self.members.values():
-            if m.target is not None and not self._alive(m.target):
+            if m.target is not None and not self.shell.alive(m.target):
                 self._down(m, "the target is gone")
         self._forget_long_down()
 
@@ -293,9 +326,9 @@ class MultiTargetDaemon(Daemon):
             return
         for m in self.members.values():
             if (
-                m.down_clock is not None
+                m.uptime.since_clock is not None
                 and not m.forgotten
-                and self.clock() - m.down_clock >= after
+                and self.clock() - m.uptime.since_clock >= after
             ):
                 m.forgotten = True
                 self.group.remove(m.id.name)
@@ -307,10 +340,8 @@ class MultiTargetDaemon(Daemon):
         if m.always is not None:
             m.always.lost()
         self._by_root.pop(m.target.root.key, None)
-        m.lost, m.target, m.planned = m.target, None, None
-        m.down_since, m.down_clock, m.down_reason = self.wall(), self.clock(), reason
-        m.parts.store.record_gap(m.down_since, None, reason)  # open until it is found again
-        m.state.update_target(False, m.restarts, m.down_since)
+        m.uptime.went(m.target, reason)
+        m.target, m.planned = None, None
         m.state.clear_snapshot()
         log.warning("deployment %s: target lost (%s); rediscovering every %g s",
                     m.id.name, reason, self.config.target.rescan_s)  # fmt: skip
@@ -335,43 +366,26 @@ class MultiTargetDaemon(Daemon):
         assert target is not None
         schedule.started(planned)
         m.state.update_schedule(planned.start_wall, schedule.lateness_s, schedule.missed)
-        result = self._collect_member(m, target)
+        result = self.shell.collect(target, m.parts, m.failures)
         schedule.done(planned)
         m.planned = None
         self._next_planned(m)  # the exporter's next deadline and missed count, at once
         if result is not None:
             keep_window(result, planned, m.parts, m.state, m.failures)
-        if not self._alive(target):
+        if not self.shell.alive(target):
             partial = result.snapshot.window.partial_reason if result else None
             self._down(m, partial or "the target exited")
 
-    def _collect_member(self, m: Member, target: Deployment) -> WindowResult | None:
-        """Daemon._collect over the member's parts (`_collector` reads them from `_current`),
-        its failures counted on the member."""
-        self._current = m
-        try:
-            return self._collect(target, m.failures)
-        finally:
-            self._current = None
-
-    def _collector(self, target: Deployment, first: bool) -> WindowCollector:
-        m = self._current
-        assert m is not None
-
-        def alive() -> bool:
-            return self._alive(target)
-
-        return _real_collector(m.parts, target, first, alive, self.clock, self.wall)
+    def _keep_in(self, result: WindowResult, planned: PlannedWindow, parts: Parts) -> str | None:
+        """The write of a snapshot the daemon's own trigger thread took (FleetAlwaysOn takes
+        each deployment's through that deployment's AlwaysOn, which writes to its store)."""
+        return keep_window(result, planned, parts, self.state, self.failures)
 
     # ------------------------------------------------------------------ reloads
 
-    def _reload(self) -> None:
-        """The daemon's parts first (all or nothing), then each deployment's over the new
-        config; a deployment keeps the parts whose section did not change."""
-        old = self.parts
-        super()._reload()
-        if self.parts is old:
-            return  # the reload failed: everything runs on
+    def _reload_members(self) -> None:
+        """After the daemon's parts were reloaded (all or nothing, shell.py): each deployment's
+        over the new config; a deployment keeps the parts whose section did not change."""
         if not self.config.targets:
             log.warning("targets: removed from the config: takes effect at the next restart")
         rebuilt: list[tuple[Member, Parts]] = []
@@ -390,9 +404,6 @@ class MultiTargetDaemon(Daemon):
             if parts.schedule is not m.parts.schedule and m.target is not None:
                 parts.schedule.begin()
             m.parts = parts
-
-    def _check_reload(self, config: Config) -> None:
-        check_fleet_target(config)  # target.pid added beside targets: would be ignored
 
     def _replan(self) -> None:
         for m in self.members.values():
