@@ -15,7 +15,7 @@ from enum import StrEnum
 
 from sidecar.errors import AttachError, SamplerError, SidecarError
 from sidecar.gpu.nvml import NvmlError
-from sidecar.records.gpu import CPU_MODE
+from sidecar.records.gpu import GpuMode
 from sidecar.target.discovery import AmbiguousTarget
 from sidecar.vllm_metrics import ScrapeError
 from sidecar.vllm_metrics.endpoint import MetricsUrlError
@@ -64,12 +64,13 @@ def classify(error: BaseException) -> WindowFailure | None:
 
 
 def reading_failures(snapshot: Snapshot) -> list[Failure]:
-    """The failures a snapshot records as data: py-spy's own, and NVML's."""
+    """The failures a snapshot records as data: py-spy's own, and NVML's (no GPU at all, CPU
+    mode, is none)."""
     found = []
     if snapshot.window.sampler_failure is not None:
         found.append(Failure(WindowFailure.SAMPLER, snapshot.window.sampler_failure))
     gpu = snapshot.readings.gpu
-    if gpu is not None and not gpu.available and not (gpu.reason or "").startswith(CPU_MODE):
+    if gpu is not None and gpu.mode is GpuMode.UNAVAILABLE:
         found.append(Failure(WindowFailure.NVML, gpu.reason or "NVML unavailable"))
     elif gpu is not None and gpu.errors:
         found.append(Failure(WindowFailure.NVML, "; ".join(gpu.errors[:3])))

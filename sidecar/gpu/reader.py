@@ -36,6 +36,7 @@ from sidecar.gpu.policy import (
 from sidecar.records.gpu import (
     CPU_MODE,
     GpuDevice,
+    GpuMode,
     GpuProcess,
     GpuReading,
     NvmlSystem,
@@ -121,7 +122,8 @@ class NvmlReader:
         taken_at, wall_time = self._clock(), self._wall_clock()
         reason = self.open()
         if reason is not None:
-            return GpuReading(taken_at, wall_time, available=False, reason=reason)
+            mode = GpuMode.CPU_MODE if self._cpu_mode is not None else GpuMode.UNAVAILABLE
+            return GpuReading(taken_at, wall_time, mode, reason=reason)
         pidmap = pids if isinstance(pids, PidMap) or pids is None else PidMap.from_pairs(pids)
         with self._lock:
             self._unsupported, self._errors = [], []
@@ -130,9 +132,9 @@ class NvmlReader:
                 devices = tuple(d for i in range(count) for d in self._read_gpu(i, pidmap))
             except _NvmlGone as gone:
                 self.close()  # the next read starts NVML again
-                return GpuReading(taken_at, wall_time, available=False, reason=str(gone))
+                return GpuReading(taken_at, wall_time, GpuMode.UNAVAILABLE, reason=str(gone))
             except _DeviceLost as lost:  # the device count itself: no device can be read
-                return GpuReading(taken_at, wall_time, available=False, errors=(str(lost),),
+                return GpuReading(taken_at, wall_time, GpuMode.UNAVAILABLE, errors=(str(lost),),
                                   reason=f"NVML lost the GPUs while counting them ({lost}): "
                                   "check `dmesg` for Xid errors; a GPU reset or a reboot "
                                   "may be needed")  # fmt: skip
@@ -141,7 +143,7 @@ class NvmlReader:
         return GpuReading(
             taken_at,
             wall_time,
-            available=True,
+            GpuMode.GPU,
             devices=devices,
             unsupported=unsupported,
             errors=errors,

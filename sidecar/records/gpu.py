@@ -12,7 +12,16 @@ from enum import StrEnum
 
 from sidecar.sizes import format_bytes, format_share
 
-CPU_MODE = "no NVIDIA GPU: CPU mode"
+CPU_MODE = "no NVIDIA GPU: CPU mode"  # the start of a CPU_MODE reading's reason, for people
+
+
+class GpuMode(StrEnum):
+    """What a reading could do. No GPU is a host's state, not a failure; an NVML that fails
+    on a GPU host is (the daemon counts it)."""
+
+    GPU = "gpu"  # NVML answered: devices and their numbers
+    CPU_MODE = "cpu_mode"  # no NVML bindings, library, driver or device: a CPU host, for good
+    UNAVAILABLE = "unavailable"  # NVML failed to start, went away or lost the GPUs: retried
 
 
 class PidMatch(StrEnum):
@@ -102,7 +111,8 @@ class NvmlSystem:
 
 @dataclass(frozen=True, slots=True)
 class GpuReading:
-    """All devices at one instant. `available` False means no numbers at all, and why.
+    """All devices at one instant. A `mode` other than GPU means no numbers at all, and
+    `reason` says why.
 
     `unsupported` names the queries that will not answer on this hardware (`gpu0.power`);
     `errors` the ones that failed only this time (`gpu1.utilization: Timeout`).
@@ -110,11 +120,16 @@ class GpuReading:
 
     taken_at: float  # monotonic seconds
     wall_time: float  # seconds since the epoch
-    available: bool
+    mode: GpuMode
     devices: tuple[GpuDevice, ...] = ()
     reason: str | None = None
     unsupported: tuple[str, ...] = ()
     errors: tuple[str, ...] = ()
+
+    @property
+    def available(self) -> bool:
+        """NVML answered: the reading has numbers."""
+        return self.mode is GpuMode.GPU
 
     def processes(self) -> tuple[GpuProcess, ...]:
         return tuple(process for device in self.devices for process in device.processes)

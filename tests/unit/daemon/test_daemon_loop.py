@@ -34,7 +34,7 @@ from sidecar.exporter import SidecarCollector
 from sidecar.gpu import GpuReading
 from sidecar.gpu.nvml import NvmlError, NvmlReturn
 from sidecar.records import ProcessInfo, Role
-from sidecar.records.gpu import CPU_MODE
+from sidecar.records.gpu import CPU_MODE, GpuMode
 from sidecar.records.window import Window
 from sidecar.sampling.pyspy import RecordOutcome, RecordRequest, SubprocessPySpy
 from sidecar.store.folders import DiskState, WriteOutcome, check_writable
@@ -661,10 +661,16 @@ def test_a_failed_reload_keeps_the_whole_old_configuration_and_all_its_parts(
 def test_failures_in_a_snapshot_are_read_as_data() -> None:
     window = Window(WALL0, 10.0, 5.0, (), 10, 0, 0.0, 1)
     cases = [
-        (GpuReading(0, 0, False, reason=f"{CPU_MODE} (no devices)"), []),
-        (GpuReading(0, 0, False, reason="NVML did not start: NVMLError_Unknown"), ["nvml"]),
-        (GpuReading(0, 0, True, errors=("gpu0.power: NVMLError_Timeout",)), ["nvml"]),
-        (GpuReading(0, 0, True), []),
+        (GpuReading(0, 0, GpuMode.CPU_MODE, reason=f"{CPU_MODE} (no devices)"), []),
+        (
+            GpuReading(0, 0, GpuMode.UNAVAILABLE, reason="NVML did not start: NVMLError_Unknown"),
+            ["nvml"],
+        ),
+        (GpuReading(0, 0, GpuMode.GPU, errors=("gpu0.power: NVMLError_Timeout",)), ["nvml"]),
+        (GpuReading(0, 0, GpuMode.GPU), []),
+        # The mode decides, not the reason's words.
+        (GpuReading(0, 0, GpuMode.CPU_MODE, reason="libnvidia-ml.so.1 not found"), []),
+        (GpuReading(0, 0, GpuMode.UNAVAILABLE, reason=f"{CPU_MODE}? no: Xid 79"), ["nvml"]),
         (None, []),
     ]
     for gpu, kinds in cases:

@@ -42,7 +42,7 @@ from sidecar.gpu import (
 from sidecar.gpu import nvml as nvml_module
 from sidecar.gpu.nvml import process_info
 from sidecar.records import Role
-from sidecar.records.gpu import PidMatch
+from sidecar.records.gpu import GpuMode, PidMatch
 from sidecar.records.window import Window
 from sidecar.report.text import render
 from sidecar.target.discovery import Deployment
@@ -311,7 +311,9 @@ def test_no_gpu_is_cpu_mode_logged_once(
     reader, api = reader_for(data)
     readings = [reader.read() for _ in range(3)]
     for reading in readings:
-        assert reading == GpuReading(100.0, 1_700_000_000.0, False, reason=f"{CPU_MODE} ({detail})")
+        assert reading == GpuReading(
+            100.0, 1_700_000_000.0, GpuMode.CPU_MODE, reason=f"{CPU_MODE} ({detail})"
+        )
     assert messages(caplog) == [f"no NVIDIA GPU: CPU mode ({detail})"]
     assert api.calls.count(("init",)) == 1  # CPU mode is for good: NVML is not asked again
 
@@ -319,7 +321,7 @@ def test_no_gpu_is_cpu_mode_logged_once(
 def test_missing_pynvml_is_cpu_mode(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", None)  # what `import pynvml` sees when absent
     reading = NvmlReader(PynvmlApi()).read()
-    assert not reading.available
+    assert not reading.available and reading.mode is GpuMode.CPU_MODE
     assert reading.reason is not None
     assert reading.reason.startswith("no NVIDIA GPU: CPU mode (cannot import pynvml")
 
@@ -346,6 +348,7 @@ def test_other_start_failures_name_the_fix_and_are_retried(
     first, second = reader.read(), reader.read()
     assert first.reason == second.reason
     assert first.reason is not None and "--gpus all" in first.reason
+    assert first.mode is second.mode is GpuMode.UNAVAILABLE  # a failure, not a CPU host
     assert api.calls.count(("init",)) == 2
     assert len(messages(caplog, logging.WARNING)) == 1
 
@@ -430,6 +433,7 @@ def test_a_lost_gpu_while_counting_is_an_unavailable_reading_not_an_exception(co
     assert reader.open() is None  # open() asks for the count once, then each read asks again
     reading = reader.read()
     assert not reading.available and reading.devices == ()
+    assert reading.mode is GpuMode.UNAVAILABLE
     assert reading.reason is not None and "dmesg" in reading.reason
     assert reader.read_utilization() == {}
 
@@ -442,12 +446,12 @@ def test_nvml_gone_mid_run_is_unavailable_then_restarted() -> None:
     # open() asks for the count once, then each read asks again.
     assert reader.open() is None
     gone = reader.read()
-    assert not gone.available
+    assert not gone.available and gone.mode is GpuMode.UNAVAILABLE
     assert gone.reason is not None and gone.reason.startswith(
         "NVML unavailable: NVMLError_Uninitialized"
     )
     back = reader.read()
-    assert back.available and back.devices[0].util_gpu_pct == 97
+    assert back.available and back.mode is GpuMode.GPU and back.devices[0].util_gpu_pct == 97
     assert api.calls.count(("init",)) == 2
 
 
@@ -798,7 +802,7 @@ def test_gpu_lines_carry_the_windows_utilisation() -> None:
 class InstantSampler:
     """A stack sampler whose window ends at once, with no stacks (they are not the point)."""
 
-    def window(self, duration_s: float, stop: Any = None) -> Window:
+    def window(self, duration_s: float, stop: Any = None, laps: Any = None) -> Window:
         return Window(1_780_000_000.0, duration_s, 0.0, (), 0, 0, 0.0, 1)
 
 
