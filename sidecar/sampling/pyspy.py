@@ -101,7 +101,12 @@ class RecordOutcome:
 
 
 class PySpyRunner(Protocol):
+    """py-spy behind the seam: `record` for the windows, `dump` for the hang watch's incidents
+    (exit code and output; `SubprocessPySpy.dump`)."""
+
     def record(self, request: RecordRequest, stop: Callable[[], bool]) -> RecordOutcome: ...
+
+    def dump(self, pid: int, timeout_s: float = 60.0, native: bool = False) -> tuple[int, str]: ...
 
 
 @dataclass(frozen=True, slots=True)

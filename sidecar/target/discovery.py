@@ -75,6 +75,12 @@ class Deployment:
         return tuple(info.pid for info in self.processes)
 
     @property
+    def api_server(self) -> ProcessInfo | None:
+        """The (first) API server: its command line holds vLLM's flags. None for an offline
+        `LLM`, whose EngineCore is the root."""
+        return next((p for p in self.processes if p.role is Role.API_SERVER), None)
+
+    @property
     def serving(self) -> tuple[ProcessInfo, ...]:
         """The root and the processes that serve (API server, EngineCore, worker): those the
         deployment cannot lose. Helpers (the resource tracker, a DP coordinator) are not."""

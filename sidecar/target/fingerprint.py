@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from sidecar.classify.rules import RuleSet
-from sidecar.records import ProcessInfo, Role, StackSample
+from sidecar.records import Role, StackSample
 from sidecar.records.gpu import GpuFigures, GpuReading, NvmlSystem
 from sidecar.records.summary import Fingerprint
 from sidecar.target.discovery import Deployment
@@ -73,7 +73,7 @@ _BACKEND_NAMES = {
 def read_target(procfs: ProcFs, target: Deployment, nvml: NvmlSystem | None) -> Fingerprint:
     """What the target runs and where: everything but the window's part. Once per target."""
     notes: dict[str, str] = {}
-    process = _api_server(target) or target.root
+    process = target.api_server or target.root
     folders, python_xy, how = site_packages(procfs, target, process)
     vllm = read_distribution(procfs, process.pid, folders, is_vllm, "vllm", how, notes)
     torch = read_distribution(procfs, process.pid, folders, is_torch, "torch", how, notes)
@@ -210,12 +210,8 @@ def _gpu_models(
 # ---------------------------------------------------------------------------------- helpers
 
 
-def _api_server(target: Deployment) -> ProcessInfo | None:
-    return next((p for p in target.processes if p.role is Role.API_SERVER), None)
-
-
 def _no_api_server(target: Deployment) -> str | None:
-    if _api_server(target) is not None:
+    if target.api_server is not None:
         return None
     return f"no API server in deployment {target.root.pid} (an offline LLM?): no command line "\
            "to read the model and flags from"  # fmt: skip

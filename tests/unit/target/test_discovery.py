@@ -235,6 +235,15 @@ def test_data_parallel_with_two_api_servers() -> None:
     ]
 
 
+def test_the_api_server_is_the_first_one_and_none_for_an_offline_llm() -> None:
+    """Every reader of vLLM's flags (the fingerprint, the metrics URL, the GPUs' world size,
+    the KV cache) takes the API server from here."""
+    assert find_deployment(fixture("dp2"), 8111).api_server.pid == 8000  # type: ignore[union-attr]
+    engine = dataclasses.replace(process("VLLM::EngineCore"), role=ENGINE)
+    worker = dataclasses.replace(process("VLLM::Worker_TP0"), pid=11, role=WORKER)
+    assert Deployment(engine, (engine, worker)).api_server is None  # LLM(...): no API server
+
+
 def test_pre_title_spawned_helpers_are_found_through_their_parent() -> None:
     deployment = find_deployment(fixture("pre_title_spawn"), 3251)
     assert deployment.root.pid == 3100
