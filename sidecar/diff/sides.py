@@ -22,7 +22,7 @@ from sidecar.config import units
 from sidecar.errors import ConfigError, InputError
 from sidecar.records.summary import SnapshotSummary
 from sidecar.sampling.pyspy import LATE_S
-from sidecar.store.folders import Kind, parse_name
+from sidecar.store.layout import OutputTree, SnapshotKind
 from sidecar.store.summary_io import SUMMARY_NAME, read_summary
 from sidecar.tables import table
 
@@ -79,7 +79,7 @@ def side_from(spec: str, default: Range, now: float, label: str) -> Side:
     if (path / SUMMARY_NAME).is_file() and not at:
         return Side(f"{label}: {path.name}", (read_summary(path),))
     window = parse_range(range_text, now) if at else default
-    found = [f for f, t, _ in snapshot_folders(path) if window.holds(t)]
+    found = [f.path for f in OutputTree(path).snapshots() if window.holds(f.started)]
     if not found:
         raise InputError(
             f"{label}: no snapshot folders under {path} from {window.words()}: widen the range "
@@ -90,30 +90,17 @@ def side_from(spec: str, default: Range, now: float, label: str) -> Side:
 
 def baseline_sides(root: Path) -> tuple[Side, Side]:
     """The latest baseline against the latest regular snapshot under ROOT."""
-    folders = snapshot_folders(root)
-    baselines = [f for f, _, b in folders if b]
-    snapshots = [f for f, _, b in folders if not b]
+    tree = OutputTree(root)
+    baselines = tree.snapshots(SnapshotKind.BASELINE)
+    snapshots = tree.snapshots(SnapshotKind.SNAPSHOT)
     if not baselines or not snapshots:
         raise InputError(
             f"--baseline needs a baseline and a snapshot under {root} (found {len(baselines)} "
             f"baselines, {len(snapshots)} snapshots): let `vllm-sidecar run` write both first"
         )
     a, b = baselines[-1], snapshots[-1]
-    return (Side(f"A: baseline {a.name}", (read_summary(a),)),
-            Side(f"B: snapshot {b.name}", (read_summary(b),)))  # fmt: skip
-
-
-def snapshot_folders(root: Path) -> list[tuple[Path, float, bool]]:
-    """(folder, start time, is a baseline) for every snapshot folder in ROOT or one level down
-    (the host folders of an output root), oldest first."""
-    out = []
-    for parent in (root, *sorted(p for p in _children(root) if p.is_dir())):
-        for folder in _children(parent):
-            named = parse_name(folder.name)
-            if named is not None and (folder / SUMMARY_NAME).is_file():
-                kind, started, _ = named
-                out.append((folder, started, kind is Kind.BASELINE))
-    return sorted(out, key=lambda x: (x[1], x[0].name))
+    return (Side(f"A: baseline {a.name}", (read_summary(a.path),)),
+            Side(f"B: snapshot {b.name}", (read_summary(b.path),)))  # fmt: skip
 
 
 def _read_all(folders: Iterable[Path]) -> tuple[SnapshotSummary, ...]:
@@ -126,13 +113,6 @@ def _read_all(folders: Iterable[Path]) -> tuple[SnapshotSummary, ...]:
     if not out:
         raise InputError("none of the snapshot folders could be read (see the warnings above)")
     return tuple(out)
-
-
-def _children(folder: Path) -> list[Path]:
-    try:
-        return sorted(folder.iterdir())
-    except OSError:
-        return []
 
 
 def now() -> float:

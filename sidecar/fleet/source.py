@@ -33,17 +33,19 @@ from fsspec.spec import AbstractFileSystem
 
 from sidecar.errors import ConfigError, InputError
 from sidecar.records.summary import SnapshotSummary
-from sidecar.store.folders import INDEX_NAME, SNAPSHOT_NAME
-from sidecar.store.stacks import PARQUET
-from sidecar.store.summary_io import SUMMARY_NAME, parse_summary, read_summary
-from sidecar.store.trend_table import (
+from sidecar.store.layout import (
     PARTS_DIR,
+    SNAPSHOT_NAME,
+    SUMMARY_NAME,
     TABLE_NAME,
-    TABLE_VERSION,
-    rows_to_table,
-    summary_row,
+    OutputTree,
+    indexed_host,
+    snapshot_names,
 )
-from sidecar.trend.source import host_folders, load_table, snapshot_folders
+from sidecar.store.stacks import PARQUET
+from sidecar.store.summary_io import parse_summary, read_summary
+from sidecar.store.trend_table import TABLE_VERSION, rows_to_table, summary_row
+from sidecar.trend.source import load_table
 
 Note = Callable[[str], None]
 ROW_NAME = (
@@ -146,18 +148,8 @@ def local_host_folders(source: Path) -> list[tuple[str, Path]]:
     deployment, OUT/<host>/<deployment>/; its index.json names the host."""
     if not source.exists():
         raise InputError(f"{source} does not exist: {SOURCE_HELP}")
-    return [(_indexed_host(folder) or folder.name, folder) for folder in host_folders(source, None)]
-
-
-def _indexed_host(folder: Path) -> str | None:
-    """The host the store's index.json names, when it names one beside a deployment."""
-    try:
-        doc = json.loads((folder / INDEX_NAME).read_text())
-    except (OSError, ValueError):
-        return None
-    if isinstance(doc, dict) and doc.get("deployment") and isinstance(doc.get("host"), str):
-        return str(doc["host"])
-    return None
+    folders = OutputTree(source).host_folders(None)
+    return [(indexed_host(folder) or folder.name, folder) for folder in folders]
 
 
 def _local(source: Path, note: Note) -> tuple[pa.Table, list[Folder]]:
@@ -165,10 +157,10 @@ def _local(source: Path, note: Note) -> tuple[pa.Table, list[Folder]]:
     for host, folder in local_host_folders(source):
         # A fleet daemon's deployment folder (its index.json names the host): its snapshots
         # are named `<deployment>/<UTC ts>`, as another deployment's may share the second.
-        where = folder.name if _indexed_host(folder) else ""
+        where = folder.name if indexed_host(folder) else ""
         table = load_table(folder, note)
         tables.append(_with_host(_qualified(table, where), host))
-        for name in sorted(snapshot_folders(folder)):
+        for name in sorted(snapshot_names(folder)):
             stacks = folder / name / PARQUET
             found.append(Folder(host, _name(where, name), str(folder / name / SUMMARY_NAME),
                                 str(stacks) if stacks.is_file() else None))  # fmt: skip
@@ -239,7 +231,7 @@ def _remote(source: str, note: Note) -> tuple[pa.Table, list[Folder], AbstractFi
         if rel[-1] == TABLE_NAME or part:
             where = _where_of(rel[: -2 if part else -1])
             tables.setdefault((host, where), []).append(fs.unstrip_protocol(path))
-        elif len(rel) > 1 and SNAPSHOT_NAME.match(rel[-2]):
+        elif len(rel) > 1 and SNAPSHOT_NAME.match(rel[-2]):  # remote paths: the name alone
             key = (host, _where_of(rel[:-2]), rel[-2])
             files.setdefault(key, {})[rel[-1]] = fs.unstrip_protocol(path)
     found = []

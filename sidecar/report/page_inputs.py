@@ -18,6 +18,7 @@ from sidecar.advice.rules import AdviceRules
 from sidecar.errors import InputError
 from sidecar.records.summary import SnapshotSummary
 from sidecar.report.page import DiffView, FindingLike, Missing, PageInputs
+from sidecar.store.layout import OutputTree, SnapshotKind
 from sidecar.store.summary_io import SUMMARY_NAME, read_summary
 
 TREND_S = 7 * 86400  # the trend plot's span, up to the page's snapshot (trend's --since 7d)
@@ -37,25 +38,21 @@ def page_inputs(
         )
     if (path / SUMMARY_NAME).is_file():
         return _inputs(path, generator, store=None, note=note, advice=advice)
-    from sidecar.trend.source import host_folder
-
-    store = host_folder(path, host)
+    store = OutputTree(path).host_folder(host)
     return _inputs(latest_snapshot(store), generator, store=store, note=note, advice=advice)
 
 
 def latest_snapshot(store: Path) -> Path:
     """The store's latest regular snapshot (the one `diff --baseline` compares), else its
     latest baseline."""
-    from sidecar.diff.sides import snapshot_folders
-
-    folders = snapshot_folders(store)
-    regular = [f for f, _, baseline in folders if not baseline]
-    if not folders:
+    tree = OutputTree(store)
+    latest = tree.latest(SnapshotKind.SNAPSHOT) or tree.latest()
+    if latest is None:
         raise InputError(
             f"no snapshot folders under {store}: point at a snapshot folder or the daemon's "
             "output.dir"
         )
-    return (regular or [f for f, _, _ in folders])[-1]
+    return latest.path
 
 
 def _inputs(
@@ -93,7 +90,7 @@ def flame_of(folder: Path) -> str | Missing:
 
 def trend_of(store: Path, folder: Path, note: Note) -> bytes | Missing:
     """The trend plot of the TREND_S up to FOLDER's snapshot, as PNG bytes."""
-    from sidecar.store.folders import parse_name
+    from sidecar.store.layout import parse_name
     from sidecar.trend.plot import png_bytes, trend_figure
     from sidecar.trend.series import TrendOptions, compute_trend
     from sidecar.trend.source import load_table
@@ -120,12 +117,11 @@ def diff_of(store: Path) -> DiffView | Missing:
         baseline_sides,
         caveats,
         significant_rows,
-        snapshot_folders,
         verdict,
     )
 
-    folders = snapshot_folders(store)
-    baselines = sum(1 for _, _, b in folders if b)
+    folders = OutputTree(store).snapshots()
+    baselines = sum(1 for f in folders if f.kind is SnapshotKind.BASELINE)
     if not baselines or baselines == len(folders):
         return Missing(
             f"No diff: {store} holds {baselines} baselines and {len(folders) - baselines} "

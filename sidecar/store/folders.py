@@ -1,10 +1,11 @@
-"""The snapshot store: `OUT/<host>/<UTC timestamp>[-baseline]/` folders, their index, retention
-and the disk-space policy. A full disk is data, not a crash (STYLE.md 7): a write that would
-leave less than `min_free`, or that the kernel refuses, is skipped with a reason and logged once
-per transition. Folders appear atomically, deletions rename to a hidden name first and the index
-is replaced atomically, so a reader only ever sees complete snapshots. Each write also adds the
-snapshot's row to the trend table (`sidecar.store.trend_table`); a table that cannot be
-written costs no snapshot: `trend` rebuilds the rows it lacks from the summaries."""
+"""The snapshot store: `OUT/<host>/<UTC timestamp>[-baseline]/` folders (the layout:
+sidecar/store/layout.py), their index, retention and the disk-space policy. A full disk is
+data, not a crash (STYLE.md 7): a write that would leave less than `min_free`, or that the
+kernel refuses, is skipped with a reason and logged once per transition. Folders appear
+atomically, deletions rename to a hidden name first and the index is replaced atomically, so a
+reader only ever sees complete snapshots. Each write also adds the snapshot's row to the trend
+table (`sidecar.store.trend_table`); a table that cannot be written costs no snapshot: `trend`
+rebuilds the rows it lacks from the summaries."""
 
 from __future__ import annotations
 
@@ -28,29 +29,27 @@ from typing import Any
 from sidecar import outproc
 from sidecar.errors import OutputError
 from sidecar.store.atomic import aside_path, write_file
+from sidecar.store.layout import (
+    INDEX_NAME,
+    MARKERS_DIR,
+    PARTS_DIR,
+    SnapshotKind,
+    folder_name,
+    snapshot_folder,
+)
 from sidecar.store.writers import write_snapshot
 from sidecar.window.snapshot import Snapshot
 
 log = logging.getLogger("vllm_sidecar")
 
-INDEX_NAME = "index.json"
 INDEX_SCHEMA = 1
 MAX_GAPS = 100
-TS_FORMAT = "%Y%m%dT%H%M%SZ"
-# `write_snapshot` appends `-1`, `-2` to a taken name, so a baseline collision is `TS-baseline-1`.
-_NAME = re.compile(r"^(?P<ts>\d{8}T\d{6}Z)(?P<baseline>-baseline)?(?:-(?P<seq>\d+))?$")
-SNAPSHOT_NAME = _NAME  # what a complete snapshot folder is called (readers list folders by it)
 # What a killed process leaves: the temporary `.<name>.tmp-<pid>` of a write and the
 # `.<name>.del-<pid>` of a delete (every writer names them so: sidecar/store/atomic.py).
 _LEFTOVER = re.compile(r"^\..+\.(?:tmp|del)-(?P<pid>\d+)$")
 _SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 DiskUsage = Callable[[Path], tuple[int, int, int]]  # (total, used, free), as shutil.disk_usage
-
-
-class Kind(StrEnum):
-    SNAPSHOT = "snapshot"
-    BASELINE = "baseline"
 
 
 class DiskState(StrEnum):
@@ -78,18 +77,17 @@ class StoredSnapshot:
     """One complete snapshot folder as the store accounts for it (one scan, then kept current)."""
 
     path: Path
-    kind: Kind
+    kind: SnapshotKind
     started: float  # Unix seconds of the window start, from the folder name
     seq: int  # the collision suffix
     bytes: int
 
     @classmethod
     def parse(cls, folder: Path) -> StoredSnapshot | None:
-        named = parse_name(folder.name)
+        named = snapshot_folder(folder)
         if named is None:
             return None
-        kind, started, seq = named
-        return cls(folder, kind, started, seq, _folder_bytes(folder))
+        return cls(folder, named.kind, named.started, named.seq, _folder_bytes(folder))
 
     @property
     def name(self) -> str:
@@ -101,19 +99,6 @@ class StoredSnapshot:
 
     def as_index(self) -> dict[str, str]:
         return {"name": self.name, "kind": self.kind.value, "created_at": self.created_at}
-
-
-def parse_name(name: str) -> tuple[Kind, float, int] | None:
-    """A snapshot folder's name -> (kind, window start in Unix seconds, collision suffix), or
-    None when it is no snapshot folder's name."""
-    m = _NAME.match(name)
-    if m is None:
-        return None
-    try:
-        started = datetime.strptime(m["ts"], TS_FORMAT).replace(tzinfo=UTC).timestamp()
-    except ValueError:
-        return None
-    return (Kind.BASELINE if m["baseline"] else Kind.SNAPSHOT), started, int(m["seq"] or 0)
 
 
 def check_writable(folder: Path) -> None:
@@ -183,15 +168,16 @@ class SnapshotStore:
         held = self._held
         return [e for e in self._entries if held is None or not held(e.name)]
 
-    def write(self, snapshot: Snapshot, kind: Kind | str) -> WriteOutcome:
-        """Retention, room for the snapshot, then an atomic write; never raises on a full disk."""
-        kind = Kind(kind)
+    def write(self, snapshot: Snapshot, kind: SnapshotKind | str) -> WriteOutcome:
+        """Retention, room for the snapshot, then an atomic write; never raises on a full disk.
+        `kind` a SnapshotKind, or its value (what the daemon passed before there was one)."""
+        kind = SnapshotKind(kind)
         with self._lock:
             deleted = self._retire(reserve=self._estimate) + self._make_room()
             shortfall = self._shortfall()
             if shortfall is not None:
                 return self._skipped(shortfall, space=True, deleted=deleted)
-            name = snapshot.name + ("-baseline" if kind is Kind.BASELINE else "")
+            name = folder_name(snapshot.name, kind)
             keep = {e.name for e in self._entries} | {name}
             try:
                 # The folder and its trend-table row: in a forked child in the daemon, so that
@@ -239,8 +225,8 @@ class SnapshotStore:
         in a container the sidecar is PID 1 on every run); another live process's is kept."""
         removed: list[str] = []
         with self._lock:
-            for path in [*_children(self.dir), *_children(self.dir / ".table"),
-                         *_children(self.dir / ".uploads")]:  # fmt: skip
+            for path in [*_children(self.dir), *_children(self.dir / PARTS_DIR),
+                         *_children(self.dir / MARKERS_DIR)]:  # fmt: skip
                 m = _LEFTOVER.match(path.name)
                 pid = int(m["pid"]) if m else None
                 if pid is None or (pid != os.getpid() and _pid_alive(pid)):
@@ -271,8 +257,8 @@ class SnapshotStore:
         return self._delete_all(self._expired()) + self._delete_all(self._over_size(reserve))
 
     def _expired(self) -> list[StoredSnapshot]:
-        now, keep, r = self._clock(), self._newest(Kind.BASELINE), self.retention
-        ages = {Kind.SNAPSHOT: r.max_age_s, Kind.BASELINE: r.baseline_max_age_s}
+        now, keep, r = self._clock(), self._newest(SnapshotKind.BASELINE), self.retention
+        ages = {SnapshotKind.SNAPSHOT: r.max_age_s, SnapshotKind.BASELINE: r.baseline_max_age_s}
         return [
             e
             for e in self._deletable()
@@ -286,10 +272,12 @@ class SnapshotStore:
         if limit is None:
             return []
         excess = self.total_bytes_used + (reserve if reserve < limit else 0) - limit
-        keep = self._newest(Kind.BASELINE)
+        keep = self._newest(SnapshotKind.BASELINE)
         candidates = [e for e in self._deletable() if e is not keep]
         out = []
-        for e in sorted(candidates, key=lambda e: e.kind is Kind.BASELINE):  # stable: by age
+        for e in sorted(
+            candidates, key=lambda e: e.kind is SnapshotKind.BASELINE
+        ):  # stable: by age
             if excess <= 0:
                 break
             out.append(e)
@@ -302,7 +290,7 @@ class SnapshotStore:
         free, need = self._probe(), self._need()
         if free is None or free >= need:
             return []
-        regular = [e for e in self._deletable() if e.kind is Kind.SNAPSHOT]
+        regular = [e for e in self._deletable() if e.kind is SnapshotKind.SNAPSHOT]
         if free + sum(e.bytes for e in regular) < need:
             return []
         deleted: list[str] = []
@@ -372,7 +360,7 @@ class SnapshotStore:
         self.deleted_total += 1
         return True
 
-    def _newest(self, kind: Kind | None) -> StoredSnapshot | None:
+    def _newest(self, kind: SnapshotKind | None) -> StoredSnapshot | None:
         of_kind = [e for e in self._entries if kind is None or e.kind is kind]
         return of_kind[-1] if of_kind else None
 
@@ -393,7 +381,7 @@ class SnapshotStore:
         return sorted((e for e in found if e is not None), key=_order)
 
     def _index_doc(self) -> dict[str, Any]:
-        latest, baseline = self._newest(None), self._newest(Kind.BASELINE)
+        latest, baseline = self._newest(None), self._newest(SnapshotKind.BASELINE)
         return {
             "schema": INDEX_SCHEMA,
             "host": self.host,
@@ -401,7 +389,7 @@ class SnapshotStore:
             "updated_at": _iso(self._clock()),
             "latest": latest.as_index() if latest else None,
             "latest_baseline": baseline.as_index() if baseline else None,
-            "counts": {k.value: sum(e.kind is k for e in self._entries) for k in Kind},
+            "counts": {k.value: sum(e.kind is k for e in self._entries) for k in SnapshotKind},
             "bytes": self.total_bytes_used,
             "gaps": self._gaps[-MAX_GAPS:],
             "disk": {"state": self.disk_state.value, "free_bytes": self.free_bytes},
@@ -453,7 +441,7 @@ def _entry(doc: dict[str, Any] | None, key: str, folder: Path) -> StoredSnapshot
 
 
 def _write_files(
-    snapshot: Snapshot, folder: Path, name: str, kind: Kind, keep: set[str]
+    snapshot: Snapshot, folder: Path, name: str, kind: SnapshotKind, keep: set[str]
 ) -> tuple[str, str | None]:
     """The snapshot's folder, then its row in the trend table (every `COMPACT_EVERY` rows the
     parts are folded into the main file, dropping the rows of folders deleted since): the

@@ -19,8 +19,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from sidecar.errors import InputError
 from sidecar.records.summary import SCHEMA_VERSION, SnapshotSummary
-
-SUMMARY_NAME = "summary.json"
+from sidecar.store.layout import SUMMARY_NAME as SUMMARY_NAME  # its readers import it from here
 
 
 def read_summary(path: Path) -> SnapshotSummary:

@@ -31,10 +31,9 @@ import pyarrow.parquet as pq
 from sidecar.records import Phase, Role
 from sidecar.records.summary import Fingerprint, SnapshotSummary
 from sidecar.store.atomic import write_file
+from sidecar.store.layout import PARTS_DIR, TABLE_NAME
 from sidecar.store.writers import to_jsonable
 
-TABLE_NAME = "snapshots.parquet"
-PARTS_DIR = ".table"
 COMPACT_EVERY = 48  # parts: four hours of 5-minute snapshots
 # In the file's metadata; a reader rebuilds a table of another version from the summaries.
 # 2: `samples.<role>`, each role's samples (fleet shares are weighted by them: `aggregate`).

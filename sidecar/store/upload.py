@@ -35,10 +35,10 @@ from urllib.parse import quote
 
 from sidecar.store.atomic import write_file
 from sidecar.store.folders import StoredSnapshot
+from sidecar.store.layout import MARKERS_DIR, summary_deployment
 
 log = logging.getLogger("vllm_sidecar")
 
-MARKERS_DIR = ".uploads"
 ROW_NAME = "row.parquet"  # the snapshot's row of the trend table, beside its files
 # Put last, in this order: a remote folder with `row.parquet` is complete, so a reader that
 # globs `*/row.parquet` never meets a half-uploaded folder.
@@ -115,7 +115,7 @@ def plan_folder(entry: StoredSnapshot, host: str, row: Path | None) -> FolderPla
     files = [f for f in files if f[1] not in LAST] + [f for f in files if f[1] in LAST]
     if row is not None:
         files.append((row, ROW_NAME))
-    prefix = f"{partition_prefix(host, _deployment(entry.path), entry.started)}/{entry.name}"
+    prefix = f"{partition_prefix(host, summary_deployment(entry.path), entry.started)}/{entry.name}"
     return FolderPlan(entry.name, prefix, tuple(files))
 
 
@@ -123,16 +123,6 @@ def _files(folder: Path) -> Iterator[Path]:
     for path in sorted(folder.rglob("*")):
         if path.is_file() and not path.name.startswith("."):
             yield path
-
-
-def _deployment(folder: Path) -> str | None:
-    """The summary's `model@port` (plain JSON: the daemon does not load pydantic)."""
-    try:
-        doc = json.loads((folder / "summary.json").read_text())
-    except (OSError, ValueError):
-        return None
-    value = doc.get("deployment") if isinstance(doc, dict) else None
-    return value if isinstance(value, str) and value else None
 
 
 class UploadLedger:

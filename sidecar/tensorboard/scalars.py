@@ -33,10 +33,9 @@ from sidecar.advice.rules import Severity
 from sidecar.analyze.breakdown import memory_rows
 from sidecar.errors import InputError
 from sidecar.records.summary import SnapshotSummary
-from sidecar.store.folders import parse_name
+from sidecar.store.layout import OutputTree, parse_name, snapshot_names
 from sidecar.store.trend_table import SERVING
 from sidecar.tensorboard.event_files import Step, write_run
-from sidecar.trend.source import host_folders, snapshot_folders
 
 Note = Callable[[str], None]
 GIB = 2**30
@@ -164,8 +163,8 @@ def _with_zeros(values: dict[str, float], shares: dict[str, set[str]]) -> dict[s
 def _summaries(out: Path, host: str | None, note: Note) -> Iterator[tuple[Path, SnapshotSummary]]:
     from sidecar.store.summary_io import read_summary
 
-    for host_dir in host_folders(out, host):
-        names = sorted(snapshot_folders(host_dir), key=_order)
+    for host_dir in OutputTree(out).host_folders(host):
+        names = sorted(snapshot_names(host_dir), key=_order)
         for name in names:
             try:
                 yield host_dir / name, read_summary(host_dir / name)

@@ -24,7 +24,7 @@ import pytest
 from devtools import sidecar_proc
 from devtools.server import VllmServer, free_port
 from sidecar.cli import main
-from sidecar.store.folders import SNAPSHOT_NAME
+from sidecar.store.layout import SNAPSHOT_NAME
 from sidecar.trend.source import host_folders
 
 pytestmark = pytest.mark.integration

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from sidecar.cli import main
-from sidecar.diff.sides import Range, parse_range, parse_time, snapshot_folders
+from sidecar.diff.sides import Range, parse_range, parse_time
 from sidecar.errors import ConfigError
+from sidecar.store.layout import OutputTree, SnapshotKind
 
 OLD = Path(__file__).resolve().parents[2] / "fixtures" / "schema1" / "20261201T112537Z"
 NOW = 1_764_590_400.0  # 2025-12-01T12:00:00Z
@@ -40,11 +41,11 @@ def test_times_are_iso_utc_or_durations_ago() -> None:
 
 def test_folders_of_an_output_root_in_time_order(tmp_path: Path) -> None:
     root = _store(tmp_path, ["20261201T110000Z", "20261201T100000Z-baseline", "20261201T103000Z"])
-    found = snapshot_folders(root)
-    assert [f.name for f, _, _ in found] == [
+    found = OutputTree(root).snapshots()
+    assert [f.name for f in found] == [
         "20261201T100000Z-baseline", "20261201T103000Z", "20261201T110000Z",
     ]  # fmt: skip
-    assert [b for _, _, b in found] == [True, False, False]
+    assert [f.kind is SnapshotKind.BASELINE for f in found] == [True, False, False]
 
 
 def test_baseline_compares_the_latest_baseline_with_the_latest_snapshot(

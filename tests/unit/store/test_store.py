@@ -17,7 +17,8 @@ from sidecar.classify.classifier import Classifier
 from sidecar.classify.rules import load_rules
 from sidecar.errors import OutputError
 from sidecar.records.window import Window
-from sidecar.store.folders import DiskState, Kind, Retention, SnapshotStore, check_writable
+from sidecar.store.folders import DiskState, Retention, SnapshotStore, check_writable
+from sidecar.store.layout import SnapshotKind
 from sidecar.store.trend_table import PARTS_DIR, TABLE_NAME
 from sidecar.window.snapshot import Snapshot, build_snapshot
 
@@ -87,7 +88,7 @@ def visible(root: Path) -> list[str]:
 
 def test_layout_kind_and_index(tmp_path: Path) -> None:
     store = SnapshotStore(tmp_path, HOST, NO_LIMITS, clock=Clock(T0 + 100))
-    regular = store.write(snapshot(T0), Kind.SNAPSHOT)
+    regular = store.write(snapshot(T0), SnapshotKind.SNAPSHOT)
     baseline = store.write(snapshot(T0 + 60), "baseline")
     assert regular.path == tmp_path / HOST / name(T0)
     assert baseline.path == tmp_path / HOST / name(T0 + 60, "-baseline")
@@ -137,10 +138,10 @@ def test_latest_and_latest_baseline(tmp_path: Path) -> None:
     assert latest is not None and baseline is not None
     assert (latest.name, latest.kind, latest.path) == (
         name(T0 + 60),
-        Kind.SNAPSHOT,
+        SnapshotKind.SNAPSHOT,
         tmp_path / HOST / name(T0 + 60),
     )
-    assert (baseline.name, baseline.kind) == (name(T0, "-baseline"), Kind.BASELINE)
+    assert (baseline.name, baseline.kind) == (name(T0, "-baseline"), SnapshotKind.BASELINE)
     assert baseline.created_at == "2026-05-28T20:26:40+00:00"
 
 
@@ -158,7 +159,7 @@ def test_collisions_get_numbered_and_sort_by_number(tmp_path: Path) -> None:
     for n in range(3, 11):
         folder(tmp_path, name(T0, f"-{n}"))
     rescanned = SnapshotStore(tmp_path, HOST, NO_LIMITS)
-    regular = [e.name for e in rescanned.snapshots() if e.kind is Kind.SNAPSHOT]
+    regular = [e.name for e in rescanned.snapshots() if e.kind is SnapshotKind.SNAPSHOT]
     assert regular[-2:] == [name(T0, "-9"), name(T0, "-10")]  # by number, not by text
 
 
@@ -423,7 +424,7 @@ def test_stack_rows_of_many_snapshots_concatenate_without_joins(tmp_path: Path) 
     raw = Path(__file__).resolve().parents[2] / "fixtures" / "recorded"
     stacks = parse_file(raw / "v0.32.0-cpu-record-mixed.raw.txt").stacks
     store = SnapshotStore(tmp_path, HOST, NO_LIMITS)
-    for started, kind in ((T0, Kind.BASELINE), (T0 + 300, Kind.SNAPSHOT)):
+    for started, kind in ((T0, SnapshotKind.BASELINE), (T0 + 300, SnapshotKind.SNAPSHOT)):
         window = Window(started_at=started, duration_s=8.0, rate_hz=50.0, stacks=stacks,
                         samples=sum(s.weight for s in stacks), errors=0, sampler_cpu_s=0.3,
                         segments=1)  # fmt: skip
