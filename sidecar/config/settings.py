@@ -15,6 +15,7 @@ from sidecar.config.custom_metrics import CustomMetricSpec
 from sidecar.config.targets import TargetSpec
 from sidecar.config.units import Unit
 from sidecar.errors import ConfigError
+from sidecar.records.window import SamplingMode
 
 
 def unit(kind: Unit, *, optional: bool = False, positive: bool = False) -> dict[str, Any]:
@@ -55,7 +56,7 @@ class SamplingConfig:
     # `continuous_budget`, each period of `schedule.interval_s` a snapshot and the hour its
     # baseline (sidecar/sampling/continuous.py); windows: `schedule.window_s` in every
     # `interval_s` at `rate_hz`, within `cpu_budget`.
-    mode: str = field(default="continuous", metadata=unit(u.SAMPLING_MODE))
+    mode: SamplingMode = field(default=SamplingMode.CONTINUOUS, metadata=unit(u.SAMPLING_MODE))
     # Continuous mode: the whole sidecar (itself and py-spy) within this share of one core.
     continuous_budget: float = field(default=0.01, metadata=unit(u.SHARE, positive=True))
     # Continuous mode: the least rate of the EngineCore and workers whatever the budget says

@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sidecar.config.listen import FORMS, listen_address
+from sidecar.records.window import SamplingMode
 
 
 class Unfit(ValueError):
@@ -169,11 +170,11 @@ def _log_level(value: Any) -> str:
     return text
 
 
-def _sampling_mode(value: Any) -> str:
+def _sampling_mode(value: Any) -> SamplingMode:
     text = _text(value).strip().lower()
     if text not in SAMPLING_MODES:
         raise Unfit("is not a sampling mode")
-    return text
+    return SamplingMode(text)
 
 
 def _listen(value: Any) -> str:
@@ -188,7 +189,8 @@ def _listen(value: Any) -> str:
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
-SAMPLING_MODES = ("continuous", "windows")
+# A stall incident's `dump` is a window's mode, never one to configure.
+SAMPLING_MODES = (SamplingMode.CONTINUOUS.value, SamplingMode.WINDOWS.value)
 
 SECONDS = Unit(
     "seconds",

@@ -10,8 +10,18 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 
 from sidecar.records import StackSample
+
+
+class SamplingMode(StrEnum):
+    """How a window's stacks were taken; its value is what summary.json's `sampling.mode` says."""
+
+    CONTINUOUS = "continuous"  # one py-spy per process, all the time, each at its own rate
+    WINDOWS = "windows"  # one py-spy over the tree for `window_s` in every `interval_s`
+    # A stall incident's `py-spy dump`s (store/incidents.py): never a configured mode.
+    DUMP = "dump"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +76,7 @@ class Window:
     self_cpu_s: float = 0.0
     # Continuous mode: each process's py-spy over the window (requested vs achieved).
     per_process: tuple[ProcessOutcome, ...] = ()
-    mode: str = "windows"  # or "continuous": one py-spy per process at its own rate
+    mode: SamplingMode = SamplingMode.WINDOWS
 
 
 def merge_windows(windows: list[Window]) -> Window:

@@ -14,7 +14,13 @@ from typing import Protocol
 
 from sidecar.parsers import parse_raw
 from sidecar.records import StackSample
-from sidecar.records.window import ProcessOutcome, Segment, Window, sum_per_process
+from sidecar.records.window import (
+    ProcessOutcome,
+    SamplingMode,
+    Segment,
+    Window,
+    sum_per_process,
+)
 from sidecar.sampling.continuous import own_cpu
 from sidecar.sampling.pyspy import (
     ATTACH_GRACE_S,
@@ -188,7 +194,7 @@ class Sampler:
             elapsed_s=elapsed,
             self_cpu_s=float(totals.get("own", 0.0)),
             per_process=sum_per_process(per_process),
-            mode="windows" if self.plan is None else "continuous",
+            mode=SamplingMode.WINDOWS if self.plan is None else SamplingMode.CONTINUOUS,
         )
 
     def _segment(

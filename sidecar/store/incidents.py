@@ -23,7 +23,7 @@ from sidecar.errors import OutputError
 from sidecar.parsers import InputFormat, parse_text
 from sidecar.records import ProcessInfo, StackSample
 from sidecar.records.summary import Cause
-from sidecar.records.window import Window
+from sidecar.records.window import SamplingMode, Window
 from sidecar.store.writers import write_snapshot
 from sidecar.window.snapshot import Snapshot, build_snapshot
 
@@ -47,7 +47,7 @@ def incident_snapshot(
         warnings.extend(parsed.warnings[:2])
     window = Window(started_at=wall, duration_s=0.0, rate_hz=0.0, stacks=tuple(stacks),
                     samples=sum(s.weight for s in stacks), errors=0, sampler_cpu_s=0.0,
-                    segments=0, warnings=tuple(warnings), mode="dump")  # fmt: skip
+                    segments=0, warnings=tuple(warnings), mode=SamplingMode.DUMP)  # fmt: skip
     snapshot = build_snapshot(window, processes, classifier, deployment=deployment)
     return replace(snapshot, cause=cause)
 

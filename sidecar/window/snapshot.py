@@ -165,7 +165,7 @@ def _sampling(
         partial_reason=w.partial_reason,
         warnings=w.warnings,
         blocks=_blocks(w, labelled),
-        mode=w.mode,
+        mode=w.mode.value,
         self_cpu_s=round(w.self_cpu_s, 4),
         processes=process_sampling(w, processes),
     )

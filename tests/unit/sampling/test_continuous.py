@@ -18,7 +18,7 @@ from sidecar.daemon.schedule import Schedule
 from sidecar.errors import ConfigError
 from sidecar.parsers import parse_raw
 from sidecar.records import ProcessInfo, Role
-from sidecar.records.window import Window, merge_windows
+from sidecar.records.window import SamplingMode, Window, merge_windows
 from sidecar.sampling.continuous import AIM, MAX_HZ, RolePlanner, is_continuous
 from sidecar.sampling.pyspy import ProcessRate, RecordOutcome, merge_outcomes
 from sidecar.store.summary_io import parse_summary
@@ -129,7 +129,9 @@ def test_per_process_outcomes_merge_as_one_subprocesses_run_would_read() -> None
     assert one.returncode == 0 and not one.target_exited
 
 
-def _window(start: float, seconds: float, raw: str, mode: str = "continuous") -> Window:
+def _window(
+    start: float, seconds: float, raw: str, mode: SamplingMode = SamplingMode.CONTINUOUS
+) -> Window:
     stacks = parse_raw(raw).stacks
     return Window(started_at=start, duration_s=seconds, rate_hz=1.0, stacks=stacks,
                   samples=sum(s.weight for s in stacks), errors=1, sampler_cpu_s=0.1,
@@ -185,14 +187,28 @@ def test_continuous_mode_needs_periods_that_make_the_hour(tmp_path: Path) -> Non
     with pytest.raises(ConfigError, match="not a whole multiple"):
         validate(bad)
     validate(Config(schedule=ScheduleConfig(interval_s=420.0, baseline_every_s=3600.0),
-                    sampling=SamplingConfig(mode="windows")))  # fmt: skip
+                    sampling=SamplingConfig(mode=SamplingMode.WINDOWS)))  # fmt: skip
     path = tmp_path / "c.yaml"
     path.write_text("sampling:\n  mode: always\n")
     with pytest.raises(ConfigError, match=r"sampling.mode.*give continuous or windows"):
         load_config(path, {})
     assert is_continuous(Config()) and not is_continuous(
-        Config(sampling=SamplingConfig(mode="windows"))
+        Config(sampling=SamplingConfig(mode=SamplingMode.WINDOWS))
     )
+
+
+def test_the_sampling_mode_is_read_as_its_enum_and_a_dump_is_no_mode_to_configure(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("sampling:\n  mode: Windows\n")
+    assert load_config(path, {}).sampling.mode is SamplingMode.WINDOWS
+    assert Config().sampling.mode is SamplingMode.CONTINUOUS
+    environ = {"VLLM_SIDECAR_SAMPLING_MODE": "continuous"}
+    assert load_config(path, environ).sampling.mode is SamplingMode.CONTINUOUS
+    path.write_text("sampling:\n  mode: dump\n")  # a stall incident's, never the sampler's
+    with pytest.raises(ConfigError, match=r"sampling.mode.*give continuous or windows"):
+        load_config(path, {})
 
 
 def test_a_schema_5_summary_reads_as_6_with_nothing_guessed() -> None:
@@ -227,7 +243,8 @@ def test_doctor_reports_each_process_asked_and_got_and_the_cpu_against_the_budge
     own = (ProcessOutcome(pids[0], 2.0, 40, 3, 0.05, 8.0, 1.5),)
     w = Window(started_at=1_780_000_000.0, duration_s=8.0, rate_hz=2.0, stacks=stacks,
                samples=sum(s.weight for s in stacks), errors=3, sampler_cpu_s=0.05,
-               segments=1, self_cpu_s=0.03, per_process=own, mode="continuous")  # fmt: skip
+               segments=1, self_cpu_s=0.03, per_process=own,
+               mode=SamplingMode.CONTINUOUS)  # fmt: skip
     write_snapshot(build_snapshot(w, processes, Classifier(load_rules(None))), tmp_path / "host")
     (check,) = sampler_checks(Config(output=OutputConfig(dir=tmp_path)))
     assert check.name == "sampler host" and "(continuous)" in check.detail
