@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from sidecar.parsers import parse_raw
-from sidecar.records import StackSample
+from sidecar.records import ParseResult, StackSample
 from sidecar.records.window import (
     ProcessOutcome,
     SamplingMode,
@@ -106,96 +106,80 @@ class Sampler:
     on_segment: Callable[[RecordOutcome], object] | None = None
 
     def window(self, duration_s: float, stop: Callable[[], bool] = lambda: False) -> Window:
+        """`duration_s` of samples, in segments; `laps` read at each segment's boundaries. Ends
+        early, partial, on `stop` or a failure."""
         started_at, start = self.wall_clock(), self.clock()
-        counts: Counter[StackSample] = Counter()
-        totals = {"samples": 0, "errors": 0, "cpu": 0.0, "segments": 0, "behind": 0.0,
-                  "attach": 0.0, "attach_max": 0.0}  # fmt: skip
-        rates: list[float] = []
-        blocks: list[Segment] = []
-        warnings: list[str] = []
+        laps = self.laps
+        give_up = start + duration_s + ATTACH_GRACE_S
+        if laps is not None:
+            laps.start()
+        tally = _Tally(own_mark_s=self.self_cpu())
         reason: str | None = None
         failed = False
-        sampled = 0.0  # seconds py-spy actually sampled: its attach time is not the window's
-        give_up = start + duration_s + ATTACH_GRACE_S
-        if self.laps is not None:
-            self.laps.start()
-        own_at = self.self_cpu()
-        per_process: list[ProcessOutcome] = []
-        # Continuous periods end on the wall clock's grid: their attaches are inside them.
-        by_wall = self.plan is not None
-        while (
-            (left := duration_s - (self.clock() - start if by_wall else sampled)) > 0.05
-            and self.clock() < give_up
-            and not stop()
-        ):
-            # A segment may wait for py-spy to attach only as long as the window's grace has left
-            # (at least MIN_ATTACH_S): a host slow to attach ends the window partial, in time.
-            grace = min(max(give_up - self.clock(), MIN_ATTACH_S), ATTACH_GRACE_S)
-            # Continuous: py-spy ends on SIGINT after its next sample (up to a second at 1 Hz,
-            # more on a loaded host): asked to stop that much before the period's end.
-            seconds = min(left - EXIT_S, self.segment_s) if by_wall else min(left, self.segment_s)
-            if seconds < 1.0:
-                break
-            outcome = self._segment(seconds, stop, grace,
-                                    first=not totals["segments"])  # fmt: skip
-            sampled += outcome.wall_s
-            rates.append(_asked(outcome) or self.controller.rate_hz)
-            segment = _add(counts, outcome, totals, warnings)
-            if self.laps is not None:
-                segment = replace(segment, readings=self.laps.lap())
-            blocks.append(segment)
-            own_now = self.self_cpu()
-            own, own_at = max(own_now - own_at, 0.0), own_now
-            totals["own"] = totals.get("own", 0.0) + own
-            per_process.extend(outcome.per_process)
-            if self.plan is None:  # continuous mode's planner hears of it in on_segment
-                # The budget counts everything the sidecar costs: py-spy's CPU and its own.
-                self.controller.update(outcome.cpu_s + own, outcome.wall_s, outcome.behind_s)
-            if self.on_segment is not None:
-                self.on_segment(outcome)
-            reason, failed = _partial_reason(outcome, self.alive)
+        while (next_ := self._next(duration_s, start, give_up, tally, stop)) is not None:
+            reason, failed = self._run_segment(*next_, stop, tally, laps)
             if reason:
                 break
-        if stop() and reason is None and sampled < duration_s - 0.05:
+        if stop() and reason is None and tally.sampled_s < duration_s - 0.05:
             reason = "stopped before the window ended (signal)"
-        if totals["behind"] >= LATE_S:
-            warnings.append(
-                f"py-spy fell {totals['behind']:.1f} s behind (starved of CPU) and took the missed "
-                "samples in a burst when it ran again: shares lean towards what followed the "
-                "stall. Lower the rate, or raise the sidecar's CPU weight (systemd: CPUWeight=)"
-            )
+        late = _late_warning(tally)
         elapsed = self.clock() - start
-        if totals["attach"] >= SLOW_ATTACH_SHARE * max(sampled, 1.0):
-            warnings.append(
-                f"py-spy took {totals['attach']:.1f} s to attach over {totals['segments']:.0f} "
-                f"segments (the longest {totals['attach_max']:.1f} s): {sampled:.0f} s of "
-                f"samples took {elapsed:.0f} s. The host is short of CPU; longer segments "
-                "(--segment, sampling.segment_s) attach less often"
-            )
-        if reason is None and totals["samples"] == 0:
+        slow = _slow_attach_warning(tally, elapsed)
+        tally.warnings.extend(w for w in (late, slow) if w is not None)
+        if reason is None and tally.samples == 0:
             reason = "no samples: py-spy did not attach within the window (a loaded host?)"
             failed = True
-        return Window(
-            started_at=started_at,
-            duration_s=sampled,
-            rate_hz=sum(rates) / len(rates) if rates else self.controller.rate_hz,
-            stacks=tuple(replace(s, weight=n) for s, n in counts.items()),
-            samples=int(totals["samples"]),
-            errors=int(totals["errors"]),
-            sampler_cpu_s=float(totals["cpu"]),
-            segments=int(totals["segments"]),
-            partial=reason is not None,
-            partial_reason=reason,
-            warnings=tuple(warnings),
-            behind_s=float(totals["behind"]),
-            sampler_failure=reason if failed else None,
-            blocks=tuple(b for b in blocks if b.counts),
-            attach_s=float(totals["attach"]),
-            elapsed_s=elapsed,
-            self_cpu_s=float(totals.get("own", 0.0)),
-            per_process=sum_per_process(per_process),
-            mode=SamplingMode.WINDOWS if self.plan is None else SamplingMode.CONTINUOUS,
-        )
+        mode = SamplingMode.WINDOWS if self.plan is None else SamplingMode.CONTINUOUS
+        rate = sum(tally.rates) / len(tally.rates) if tally.rates else self.controller.rate_hz
+        return tally.window(started_at, elapsed, rate, reason, failed, mode)
+
+    def _next(
+        self,
+        duration_s: float,
+        start: float,
+        give_up: float,
+        tally: _Tally,
+        stop: Callable[[], bool],
+    ) -> tuple[float, float] | None:
+        """The next segment's seconds and its attach grace; None: the window is done."""
+        # Continuous periods end on the wall clock's grid: their attaches are inside them.
+        by_wall = self.plan is not None
+        left = duration_s - (self.clock() - start if by_wall else tally.sampled_s)
+        if left <= 0.05 or self.clock() >= give_up or stop():
+            return None
+        # A segment may wait for py-spy to attach only as long as the window's grace has left
+        # (at least MIN_ATTACH_S): a host slow to attach ends the window partial, in time.
+        grace = min(max(give_up - self.clock(), MIN_ATTACH_S), ATTACH_GRACE_S)
+        # Continuous: py-spy ends on SIGINT after its next sample (up to a second at 1 Hz,
+        # more on a loaded host): asked to stop that much before the period's end.
+        seconds = min(left - EXIT_S, self.segment_s) if by_wall else min(left, self.segment_s)
+        return (seconds, grace) if seconds >= 1.0 else None
+
+    def _run_segment(
+        self,
+        seconds: float,
+        grace: float,
+        stop: Callable[[], bool],
+        tally: _Tally,
+        laps: Lap | None,
+    ) -> tuple[str | None, bool]:
+        """One segment sampled and added to `tally`, the rate adapted; why the window ends
+        early, if it does, and whether py-spy itself failed."""
+        outcome = self._segment(seconds, stop, grace, first=not tally.segments)
+        tally.sampled_s += outcome.wall_s
+        tally.rates.append(_asked(outcome) or self.controller.rate_hz)
+        # parse: the raw text lives in py-spy's temporary file, read as the segment ends.
+        segment = tally.add(outcome, parse_raw(outcome.raw, source="py-spy record"))
+        if laps is not None:
+            segment = replace(segment, readings=laps.lap())
+        tally.blocks.append(segment)
+        own = tally.own_until(self.self_cpu())
+        if self.plan is None:  # continuous mode's planner hears of it in on_segment
+            # The budget counts everything the sidecar costs: py-spy's CPU and its own.
+            self.controller.update(outcome.cpu_s + own, outcome.wall_s, outcome.behind_s)
+        if self.on_segment is not None:
+            self.on_segment(outcome)
+        return _partial_reason(outcome, self.alive)
 
     def _segment(
         self, seconds: float, stop: Callable[[], bool], attach_grace_s: float, first: bool
@@ -214,29 +198,103 @@ class Sampler:
         return outcome
 
 
-def _add(
-    counts: Counter[StackSample],
-    outcome: RecordOutcome,
-    totals: dict[str, float],
-    warnings: list[str],
-) -> Segment:
-    parsed = parse_raw(outcome.raw, source="py-spy record")
-    segment: Counter[StackSample] = Counter()
-    for stack in parsed.stacks:
-        segment[replace(stack, weight=1, source=None)] += stack.weight
-    counts.update(segment)
-    if outcome.samples is None:
-        totals["samples"] += sum(s.weight for s in parsed.stacks)
-    else:
-        totals["samples"] += outcome.samples
-    totals["errors"] += outcome.errors or 0
-    totals["cpu"] += outcome.cpu_s
-    totals["segments"] += 1
-    totals["behind"] = max(totals["behind"], outcome.behind_s)
-    totals["attach"] += outcome.attach_s
-    totals["attach_max"] = max(totals["attach_max"], outcome.attach_s)
-    warnings.extend(parsed.warnings[:5])
-    return Segment(outcome.wall_s, dict(segment))
+@dataclass
+class _Tally:
+    """A window's running totals, added to as each segment ends."""
+
+    own_mark_s: float  # the sidecar's own CPU seconds when the last segment ended
+    counts: Counter[StackSample] = field(default_factory=Counter)
+    samples: int = 0
+    errors: int = 0
+    cpu_s: float = 0.0  # py-spy's
+    own_cpu_s: float = 0.0  # the sidecar's own, over the segments
+    segments: int = 0
+    behind_s: float = 0.0  # the most py-spy fell behind in any segment
+    attach_s: float = 0.0
+    attach_max_s: float = 0.0
+    sampled_s: float = 0.0  # seconds py-spy actually sampled: its attach time is not the window's
+    rates: list[float] = field(default_factory=list)
+    blocks: list[Segment] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    per_process: list[ProcessOutcome] = field(default_factory=list)
+
+    def add(self, outcome: RecordOutcome, parsed: ParseResult) -> Segment:
+        """One segment's stacks and counts; its stacks (weight 1) -> count as a `Segment`."""
+        segment: Counter[StackSample] = Counter()
+        for stack in parsed.stacks:
+            segment[replace(stack, weight=1, source=None)] += stack.weight
+        self.counts.update(segment)
+        if outcome.samples is None:
+            self.samples += sum(s.weight for s in parsed.stacks)
+        else:
+            self.samples += outcome.samples
+        self.errors += outcome.errors or 0
+        self.cpu_s += outcome.cpu_s
+        self.segments += 1
+        self.behind_s = max(self.behind_s, outcome.behind_s)
+        self.attach_s += outcome.attach_s
+        self.attach_max_s = max(self.attach_max_s, outcome.attach_s)
+        self.warnings.extend(parsed.warnings[:5])
+        self.per_process.extend(outcome.per_process)
+        return Segment(outcome.wall_s, dict(segment))
+
+    def own_until(self, now_s: float) -> float:
+        """The sidecar's own CPU since the last segment ended (`now_s`: its CPU so far)."""
+        own, self.own_mark_s = max(now_s - self.own_mark_s, 0.0), now_s
+        self.own_cpu_s += own
+        return own
+
+    def window(
+        self,
+        started_at: float,
+        elapsed_s: float,
+        rate_hz: float,
+        reason: str | None,
+        failed: bool,
+        mode: SamplingMode,
+    ) -> Window:
+        return Window(
+            started_at=started_at,
+            duration_s=self.sampled_s,
+            rate_hz=rate_hz,
+            stacks=tuple(replace(s, weight=n) for s, n in self.counts.items()),
+            samples=self.samples,
+            errors=self.errors,
+            sampler_cpu_s=self.cpu_s,
+            segments=self.segments,
+            partial=reason is not None,
+            partial_reason=reason,
+            warnings=tuple(self.warnings),
+            behind_s=self.behind_s,
+            sampler_failure=reason if failed else None,
+            blocks=tuple(b for b in self.blocks if b.counts),
+            attach_s=self.attach_s,
+            elapsed_s=elapsed_s,
+            self_cpu_s=self.own_cpu_s,
+            per_process=sum_per_process(self.per_process),
+            mode=mode,
+        )
+
+
+def _late_warning(tally: _Tally) -> str | None:
+    if tally.behind_s < LATE_S:
+        return None
+    return (
+        f"py-spy fell {tally.behind_s:.1f} s behind (starved of CPU) and took the missed "
+        "samples in a burst when it ran again: shares lean towards what followed the "
+        "stall. Lower the rate, or raise the sidecar's CPU weight (systemd: CPUWeight=)"
+    )
+
+
+def _slow_attach_warning(tally: _Tally, elapsed_s: float) -> str | None:
+    if tally.attach_s < SLOW_ATTACH_SHARE * max(tally.sampled_s, 1.0):
+        return None
+    return (
+        f"py-spy took {tally.attach_s:.1f} s to attach over {tally.segments:.0f} "
+        f"segments (the longest {tally.attach_max_s:.1f} s): {tally.sampled_s:.0f} s of "
+        f"samples took {elapsed_s:.0f} s. The host is short of CPU; longer segments "
+        "(--segment, sampling.segment_s) attach less often"
+    )
 
 
 def _partial_reason(outcome: RecordOutcome, alive: Callable[[], bool]) -> tuple[str | None, bool]:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.errors import AttachError, SamplerError
+from sidecar.records.window import SamplingMode
 from sidecar.sampling.pyspy import (
     ProcessCalls,
     RecordOutcome,
@@ -380,3 +381,15 @@ def test_segment_laps_take_one_scrape_per_boundary_and_hand_the_last_to_the_wind
     assert len(taken) == 2 and laps.last_scrape is not None and laps.last_scrape.taken_at == 2.0
     assert one["span_s"] == 5.0 and one["generation_tokens"] == 5.0 and one["cpu_s.api_server"] == 0
     assert two["generation_tokens"] == 0.0
+
+
+def test_the_sidecars_own_cpu_is_counted_per_segment_and_never_negative() -> None:
+    own = iter([1.0, 1.5, 1.4, 2.4])  # at the window's start, then after each segment
+    clock = FakeClock()
+    runner = RecordedRunner(clock, [ok(), ok(), ok()])
+    s = Sampler(runner=runner, pid=8915, controller=RateController(rate_hz=5.0), segment_s=5.0,
+                clock=clock, wall_clock=lambda: 1_780_000_000.0,
+                self_cpu=lambda: next(own))  # fmt: skip
+    window = s.window(15.0)
+    assert window.self_cpu_s == pytest.approx(0.5 + 0.0 + 1.0)
+    assert window.mode is SamplingMode.WINDOWS
