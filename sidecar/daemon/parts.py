@@ -27,7 +27,7 @@ from sidecar.errors import ConfigError
 from sidecar.gpu import NvmlReader
 from sidecar.records.window import Window, merge_windows
 from sidecar.sampling.continuous import RolePlanner, is_continuous
-from sidecar.sampling.pyspy import ProcessRate, PySpyRunner, SubprocessPySpy
+from sidecar.sampling.pyspy import PySpyRunner, SubprocessPySpy
 from sidecar.sampling.sampler import RateController, Sampler
 from sidecar.store.folders import (
     DiskState,
@@ -42,15 +42,8 @@ from sidecar.target.discovery import Deployment
 from sidecar.target.fingerprint import FingerprintCache
 from sidecar.target.procfs import ProcFs
 from sidecar.vllm_metrics import HttpMetricsSource, MetricsScrape, MetricsSource, take_scrape
-from sidecar.vllm_metrics.custom import custom_reader
-from sidecar.window.pipeline import (
-    WindowReaders,
-    deployment_of,
-    host_procfs,
-    metrics_for,
-    open_gpu_reader,
-    profile_window,
-)
+from sidecar.window.pipeline import deployment_of, profile_window
+from sidecar.window.readers import WindowReaders, open_gpu_reader, readers_for, sampler_for
 from sidecar.window.snapshot import Snapshot, build_snapshot
 
 
@@ -231,20 +224,12 @@ def real_collector(
     `controller`: a window of the windows mode at its rate (a triggered snapshot), whatever
     the configured mode."""
     config = parts.config
-    segment_s = min(config.sampling.segment_s, config.schedule.window_s)
-    sampler = Sampler(runner=parts.runner, pid=target.root.pid,
-                      controller=controller or parts.controller, segment_s=segment_s,
-                      alive=alive, clock=clock, wall_clock=wall_clock,
-                      fail_fast=first)  # fmt: skip
-    planner = parts.planner
     # Continuous: one py-spy per process at the planner's rates.
-    if planner is not None and controller is None:
-
-        def plan() -> tuple[ProcessRate, ...]:
-            return planner.plan(target.processes)
-
-        sampler.segment_s = config.sampling.continuous_segment_s
-        sampler.plan, sampler.on_segment = plan, planner.update
+    planner = parts.planner if controller is None else None
+    sampler = sampler_for(config, parts.runner, target, config.schedule.window_s, alive,
+                          controller=controller or parts.controller, planner=planner,
+                          first=first, clock=clock, wall_clock=wall_clock)  # fmt: skip
+    if planner is not None:
         planner.started()
     readers, watch = window_readers(parts, target)
     return _Window(target, sampler, parts.classifier, readers, watch)
@@ -253,15 +238,9 @@ def real_collector(
 def window_readers(parts: Parts, target: Deployment) -> tuple[WindowReaders, _ScrapeWatch]:
     """The readers beside the stacks over `target` (psutil, /proc, NVML, /metrics, custom),
     and the watch that keeps their scrapes' errors."""
-    config = parts.config
-    metrics, unread = metrics_for(target, parts.metrics, config.metrics.timeout_s)
     watch = _ScrapeWatch()
-    custom = custom_reader(config.custom_metrics, config.metrics.timeout_s,
-                           metrics.url if metrics else None)  # fmt: skip
-    readers = WindowReaders(procfs=parts.procfs, metrics=metrics, gpu=parts.gpu,
-                            host_procfs=host_procfs(config.target.host_proc),
-                            metrics_unread=unread, scrape=watch.scrape,
-                            fingerprints=parts.fingerprints, custom=custom)  # fmt: skip
+    readers = readers_for(parts.config, target, parts.procfs, parts.gpu, parts.metrics,
+                          fingerprints=parts.fingerprints, scrape=watch.scrape)  # fmt: skip
     return readers, watch
 
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from sidecar.records import StackSample
+from sidecar.records import Role, StackSample
 
 
 class SamplingMode(StrEnum):
@@ -38,13 +38,26 @@ class ProcessOutcome:
 
 
 @dataclass(frozen=True, slots=True)
+class LapReading:
+    """What changed over one segment, from the end of the previous one to the end of this one
+    (so py-spy's attach is inside): the units a comparison of two windows has them per."""
+
+    span_s: float  # the seconds these readings cover
+    cpu_s: Mapping[Role, float] = field(default_factory=dict)  # all threads, per role (psutil)
+    # vLLM's counters' deltas (/metrics); None: a scrape at either end failed.
+    generation_tokens: float | None = None
+    prompt_tokens: float | None = None
+    requests: float | None = None  # finished
+
+
+@dataclass(frozen=True, slots=True)
 class Segment:
     """One py-spy run of the window: its seconds, its stacks (weight 1) -> count, and what the
-    `Lap` read over it (from the end of the previous segment to the end of this one)."""
+    `Lap` read over it; None: the window was taken without laps (its stacks alone)."""
 
     wall_s: float
     counts: Mapping[StackSample, int]
-    readings: Mapping[str, float] = field(default_factory=dict)
+    reading: LapReading | None = None
 
 
 @dataclass(frozen=True, slots=True)

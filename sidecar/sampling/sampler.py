@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from sidecar.parsers import parse_raw
 from sidecar.records import ParseResult, StackSample
 from sidecar.records.window import (
+    LapReading,
     ProcessOutcome,
     SamplingMode,
     Segment,
@@ -48,7 +49,7 @@ class Lap(Protocol):
 
     def start(self) -> None: ...
 
-    def lap(self) -> Mapping[str, float]: ...
+    def lap(self) -> LapReading: ...
 
 
 def _asked(outcome: RecordOutcome) -> float | None:
@@ -83,7 +84,7 @@ class RateController:
         return self.rate_hz
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class Sampler:
     """Samples one process tree for a window, in segments so the rate can adapt between them."""
 
@@ -94,8 +95,7 @@ class Sampler:
     alive: Callable[[], bool] = field(default=lambda: True)
     clock: Callable[[], float] = time.monotonic
     wall_clock: Callable[[], float] = time.time
-    fail_fast: bool = True  # the daemon clears it after its first good window
-    laps: Lap | None = None  # readings per segment; None: the segments keep only their stacks
+    fail_fast: bool = True  # the daemon's first window only: a failed attach is a failed start
     # Continuous mode: the processes and rates of the next segment (one py-spy each); None:
     # one py-spy over the whole tree at the controller's rate.
     plan: Callable[[], tuple[ProcessRate, ...]] | None = None
@@ -105,11 +105,12 @@ class Sampler:
     # itself, over its horizon, so that the time between windows counts too).
     on_segment: Callable[[RecordOutcome], object] | None = None
 
-    def window(self, duration_s: float, stop: Callable[[], bool] = lambda: False) -> Window:
-        """`duration_s` of samples, in segments; `laps` read at each segment's boundaries. Ends
-        early, partial, on `stop` or a failure."""
+    def window(
+        self, duration_s: float, stop: Callable[[], bool] = lambda: False, laps: Lap | None = None
+    ) -> Window:
+        """`duration_s` of samples, in segments; `laps` read at each segment's boundaries (None:
+        the segments keep only their stacks). Ends early, partial, on `stop` or a failure."""
         started_at, start = self.wall_clock(), self.clock()
-        laps = self.laps
         give_up = start + duration_s + ATTACH_GRACE_S
         if laps is not None:
             laps.start()
@@ -171,7 +172,7 @@ class Sampler:
         # parse: the raw text lives in py-spy's temporary file, read as the segment ends.
         segment = tally.add(outcome, parse_raw(outcome.raw, source="py-spy record"))
         if laps is not None:
-            segment = replace(segment, readings=laps.lap())
+            segment = replace(segment, reading=laps.lap())
         tally.blocks.append(segment)
         own = tally.own_until(self.self_cpu())
         if self.plan is None:  # continuous mode's planner hears of it in on_segment

@@ -34,7 +34,7 @@ from sidecar.records.summary import (
     SnapshotSummary,
     TargetSection,
 )
-from sidecar.records.window import Window
+from sidecar.records.window import LapReading, Window
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,18 +215,19 @@ def _blocks(w: Window, labelled: tuple[LabelledStack, ...]) -> tuple[SampleBlock
             by_phase = counts.setdefault(label.role.value, {})
             by_phase[label.phase.value] = by_phase.get(label.phase.value, 0) + n
         total = sum(sum(c.values()) for c in counts.values())
-        r = segment.readings
-        cpu = {k.removeprefix("cpu_s."): round(v, 4) for k, v in r.items()
-               if k.startswith("cpu_s.")}  # fmt: skip
-        out.append(SampleBlock(round(segment.wall_s, 3), total, counts, cpu_s=cpu,
-                               generation_tokens=r.get("generation_tokens"),
-                               prompt_tokens=r.get("prompt_tokens"), requests=r.get("requests"),
-                               span_s=_rounded(r.get("span_s"))))  # fmt: skip
+        out.append(_with_reading(SampleBlock(round(segment.wall_s, 3), total, counts),
+                                 segment.reading))  # fmt: skip
     return tuple(out)
 
 
-def _rounded(value: float | None) -> float | None:
-    return None if value is None else round(value, 3)
+def _with_reading(block: SampleBlock, r: LapReading | None) -> SampleBlock:
+    """The block with what the segment's lap read (CPU per role, vLLM's counters, their span)."""
+    if r is None:
+        return block
+    cpu = {role.value: round(v, 4) for role, v in r.cpu_s.items()}
+    return replace(block, cpu_s=cpu, generation_tokens=r.generation_tokens,
+                   prompt_tokens=r.prompt_tokens, requests=r.requests,
+                   span_s=round(r.span_s, 3))  # fmt: skip
 
 
 def _gpu_section(r: Readings) -> GpuSection:

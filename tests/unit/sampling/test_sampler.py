@@ -6,13 +6,14 @@ import os
 import resource
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import FrozenInstanceError, dataclass, field, replace
 from pathlib import Path
 
 import pytest
 
 from sidecar.errors import AttachError, SamplerError
-from sidecar.records.window import SamplingMode
+from sidecar.records import Role
+from sidecar.records.window import LapReading, SamplingMode
 from sidecar.sampling.pyspy import (
     ProcessCalls,
     RecordOutcome,
@@ -361,7 +362,7 @@ def test_segment_laps_take_one_scrape_per_boundary_and_hand_the_last_to_the_wind
     window of N segments costs N + 1 scrapes of /metrics, not N + 3."""
     from sidecar.records import ProcessInfo, Role
     from sidecar.vllm_metrics import HttpMetricsSource, MetricsScrape, MetricsSource, parse_scrape
-    from sidecar.window.pipeline import SegmentLaps
+    from sidecar.window.readers import SegmentLaps
 
     taken: list[float] = []
 
@@ -379,8 +380,43 @@ def test_segment_laps_take_one_scrape_per_boundary_and_hand_the_last_to_the_wind
     assert taken == [] and laps.last_scrape is None
     one, two = laps.lap(), laps.lap()
     assert len(taken) == 2 and laps.last_scrape is not None and laps.last_scrape.taken_at == 2.0
-    assert one["span_s"] == 5.0 and one["generation_tokens"] == 5.0 and one["cpu_s.api_server"] == 0
-    assert two["generation_tokens"] == 0.0
+    assert one.span_s == 5.0 and one.generation_tokens == 5.0 and one.cpu_s[Role.API_SERVER] == 0
+    assert two.generation_tokens == 0.0
+
+
+@dataclass
+class RecordedLaps:
+    """A `Lap` that hands out numbered readings and notes when it was asked."""
+
+    calls: list[str] = field(default_factory=list)
+
+    def start(self) -> None:
+        self.calls.append("start")
+
+    def lap(self) -> LapReading:
+        self.calls.append("lap")
+        n = self.calls.count("lap")
+        return LapReading(span_s=5.0 * n, cpu_s={Role.ENGINE_CORE: 0.1 * n}, requests=n)
+
+
+def test_laps_passed_to_the_window_give_each_segment_its_reading() -> None:
+    s, _ = sampler([ok(), ok()])
+    laps = RecordedLaps()
+    window = s.window(10.0, laps=laps)
+    assert laps.calls == ["start", "lap", "lap"]
+    readings = [b.reading for b in window.blocks]
+    assert [r.span_s if r else None for r in readings] == [5.0, 10.0]
+    assert [r.requests if r else None for r in readings] == [1, 2]
+    s, _ = sampler([ok()])
+    assert [b.reading for b in s.window(5.0).blocks] == [None]  # no laps: the stacks alone
+
+
+def test_a_sampler_is_whole_when_built() -> None:
+    """Laps and the continuous plan are the window's argument and the constructor's, never
+    attributes set afterwards."""
+    s, _ = sampler([ok()])
+    with pytest.raises(FrozenInstanceError):
+        s.segment_s = 1.0  # type: ignore[misc]
 
 
 def test_the_sidecars_own_cpu_is_counted_per_segment_and_never_negative() -> None:

@@ -310,7 +310,7 @@ def test_the_target_is_read_once_per_deployment() -> None:
 class RecordedSampler:
     """The window of a real py-spy recording of this server's version (prefill-heavy load)."""
 
-    def window(self, duration_s: float, stop: Any = None) -> Window:
+    def window(self, duration_s: float, stop: Any = None, laps: Any = None) -> Window:
         stacks = recorded_stacks()
         return Window(1_780_000_000.0, duration_s, 50.0, stacks, sum(s.weight for s in stacks),
                       0, 0.1, 1)  # fmt: skip
