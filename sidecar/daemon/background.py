@@ -37,7 +37,7 @@ from sidecar.daemon.triggers import (
 )
 from sidecar.errors import SidecarError
 from sidecar.exporter import ExporterState
-from sidecar.records.summary import Cause
+from sidecar.records.summary import Cause, CauseKind
 from sidecar.sampling.sampler import RateController
 from sidecar.store.incidents import incident_snapshot, prune_incidents, write_incident
 from sidecar.target.discovery import Deployment
@@ -106,7 +106,7 @@ class AlwaysOn:
 
     def signal(self, name: str) -> None:
         """From a signal handler: a snapshot now (the trigger thread takes it)."""
-        self.triggers.put(TriggerRequest(cause_now("signal", name, self.wall())))
+        self.triggers.put(TriggerRequest(cause_now(CauseKind.SIGNAL, name, self.wall())))
 
     def attached(self, target: Deployment) -> None:
         """The loop found `target`: watch it."""
@@ -123,9 +123,6 @@ class AlwaysOn:
         if metrics is None:
             log.warning("hang detection and the latency trigger are off: vLLM's /metrics "
                         "cannot be read (%s); set metrics.url", unread)  # fmt: skip
-            return
-        if not hasattr(parts.runner, "dump"):
-            log.warning("hang detection is off: this py-spy runner cannot dump stacks")
             return
         h = c.hang
         self._watch = HangWatch(
@@ -168,7 +165,7 @@ class AlwaysOn:
         target, parts = self._target, self._parts()
         if target is None:
             return
-        cause = cause_now("stall", stall_line(stall), self.wall())
+        cause = cause_now(CauseKind.STALL, stall_line(stall), self.wall())
         try:
             dumps = dumps_of(target.processes, self._dump(parts))
             snapshot = incident_snapshot(dumps, target.processes, parts.classifier, cause,
@@ -185,7 +182,7 @@ class AlwaysOn:
         log.error("stall incident written: %s (py-spy dumps of %d processes)", path, len(dumps))
 
     def _dump(self, parts: Parts) -> Callable[[int, bool], tuple[int, str]]:
-        dump = parts.runner.dump  # type: ignore[attr-defined]  # checked in `attached`
+        dump = parts.runner.dump
         timeout = parts.config.hang.dump_timeout_s
         return lambda pid, native: dump(pid, timeout, native=native)
 
@@ -214,14 +211,14 @@ class AlwaysOn:
                 request.reply(*self.take(request.cause))
             except Exception as exc:  # a bug here costs this snapshot, never the daemon
                 log.exception("triggered snapshot failed")
-                request.reply(None, f"{type(exc).__name__}: {exc}")
+                request.reply((), f"{type(exc).__name__}: {exc}")
 
-    def take(self, cause: Cause) -> tuple[str | None, str | None]:
+    def take(self, cause: Cause) -> tuple[tuple[str, ...], str | None]:
         """One snapshot now, of `trigger.window_s` at `sampling.rate_hz`, marked with its
-        cause: (its folder, None) or (None, why not)."""
+        cause: ((its folder,), None) or ((), why not)."""
         target, parts = self._target, self._parts()
         if target is None:
-            return None, "no vLLM target attached now"
+            return (), "no vLLM target attached now"
         c = parts.config
         log.info("taking a snapshot on a trigger (%s: %s)", cause.kind, cause.detail)
         controller = RateController(c.sampling.rate_hz, None)
@@ -232,12 +229,12 @@ class AlwaysOn:
         except Exception as exc:
             if classify(exc) is None:
                 raise
-            return None, f"not sampled: {exc}"
+            return (), f"not sampled: {exc}"
         snapshot = replace(result.snapshot, cause=cause)
         planned = PlannedWindow(WindowKind.SNAPSHOT, self.clock(), snapshot.window.started_at)
         path = self._keep(replace(result, snapshot=snapshot), planned, parts)
         self.state.count_triggered(cause.kind)
-        return (path, None) if path else (None, "not written (the disk is low: see the log)")
+        return ((path,), None) if path else ((), "not written (the disk is low: see the log)")
 
 
 class FleetAlwaysOn(AlwaysOn):
@@ -250,18 +247,20 @@ class FleetAlwaysOn(AlwaysOn):
         super().__init__(*args)
         self._members = members
 
-    def take(self, cause: Cause) -> tuple[str | None, str | None]:
+    def take(self, cause: Cause) -> tuple[tuple[str, ...], str | None]:
+        """Every deployment's folder, in the deployments' order; ((), why) when none was
+        taken, each deployment's reason."""
         up = {name: a for name, a in sorted(self._members().items()) if a.target is not None}
         if not up:
-            return None, "no vLLM server of targets: is up now"
-        taken: dict[str, tuple[str | None, str | None]] = {}
+            return (), "no vLLM server of targets: is up now"
+        taken: dict[str, tuple[tuple[str, ...], str | None]] = {}
 
         def one(name: str, member: AlwaysOn) -> None:
             try:
                 taken[name] = member.take(cause)
             except Exception as exc:  # a bug costs this deployment's snapshot, not the others'
                 log.exception("deployment %s: triggered snapshot failed", name)
-                taken[name] = (None, f"{type(exc).__name__}: {exc}")
+                taken[name] = ((), f"{type(exc).__name__}: {exc}")
 
         threads = [threading.Thread(target=one, args=(name, member), name=f"trigger-{name}")
                    for name, member in up.items()]  # fmt: skip
@@ -269,13 +268,14 @@ class FleetAlwaysOn(AlwaysOn):
             t.start()
         for t in threads:
             t.join()
-        paths = [path for path, _ in taken.values() if path]
-        errors = [f"{name}: {error}" for name, (path, error) in taken.items() if not path]
+        # In the deployments' order, not the order their threads ended in.
+        folders = tuple(folder for name in up for folder in taken[name][0])
+        errors = [f"{name}: {taken[name][1]}" for name in up if not taken[name][0]]
         for line in errors:
             log.warning("triggered snapshot not taken for deployment %s", line)
-        if not paths:
-            return None, "; ".join(errors)
-        return "\n".join(paths), None
+        if not folders:
+            return (), "; ".join(errors)
+        return folders, None
 
     def close(self) -> None:
         super().close()

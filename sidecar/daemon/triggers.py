@@ -5,7 +5,8 @@ Each becomes a `TriggerRequest` with its `Cause`; the daemon takes one snapshot 
 short window of its own, beside continuous sampling) and records the cause in its summary.
 The socket is a Unix socket (mode 0600, in the output folder by default): never a network
 port. Its protocol is one JSON line each way, twice from the daemon: `{"accepted": true}` at
-once, then `{"path": ...}` or `{"error": ...}` when the snapshot is written or not.
+once, then `{"path": ...}` or `{"error": ...}` when the snapshot is written or not (a fleet
+daemon's `path` holds every deployment's folder, one a line).
 """
 
 from __future__ import annotations
@@ -27,15 +28,18 @@ from typing import Any
 
 from sidecar.config.settings import TriggerConfig
 from sidecar.errors import SidecarError
-from sidecar.records.summary import Cause
+from sidecar.records.summary import Cause, CauseKind
 from sidecar.vllm_metrics import MetricsScrape, serving_figures
 from sidecar.vllm_metrics.figures import WAITING
 
 log = logging.getLogger("vllm_sidecar")
 MAX_LINE = 4096
+# The folders a triggered snapshot was written to (a fleet: one per deployment up; none when
+# it was not taken) and why not.
+Reply = Callable[[tuple[str, ...], str | None], None]
 
 
-def cause_now(kind: str, detail: str, wall: float | None = None) -> Cause:
+def cause_now(kind: CauseKind, detail: str, wall: float | None = None) -> Cause:
     at = datetime.fromtimestamp(time.time() if wall is None else wall, tz=UTC)
     return Cause(kind, detail, at.isoformat(timespec="seconds"))
 
@@ -43,8 +47,8 @@ def cause_now(kind: str, detail: str, wall: float | None = None) -> Cause:
 @dataclass(frozen=True, slots=True)
 class TriggerRequest:
     cause: Cause
-    # Told the outcome: the snapshot's folder, or why there is none.
-    reply: Callable[[str | None, str | None], None] = lambda path, error: None
+    # Told the outcome: the snapshot's folders, or why there is none.
+    reply: Reply = lambda folders, error: None
 
 
 class TriggerQueue:
@@ -58,7 +62,7 @@ class TriggerQueue:
         try:
             self._q.put_nowait(request)
         except queue.Full:
-            request.reply(None, "the daemon is already taking several triggered snapshots")
+            request.reply((), "the daemon is already taking several triggered snapshots")
             return False
         return True
 
@@ -106,7 +110,7 @@ class LatencyTrigger:
         if waiting < limit:
             return None
         detail = f"{waiting:.0f} requests waiting (trigger.queue_length: {limit})"
-        return cause_now("queue", detail, scrape.wall)
+        return cause_now(CauseKind.QUEUE, detail, scrape.wall)
 
     def _ttft(self, scrape: MetricsScrape) -> Cause | None:
         limit, oldest = self.config.ttft_p95_s, self._history[0]
@@ -118,7 +122,7 @@ class LatencyTrigger:
             return None
         detail = (f"p95 time to first token {p95:.2f} s over the last {span:.0f} s "
                   f"(trigger.ttft_p95_s: {limit:g} s)")  # fmt: skip
-        return cause_now("latency", detail, scrape.wall)
+        return cause_now(CauseKind.LATENCY, detail, scrape.wall)
 
 
 # ------------------------------------------------------------------------------ the socket
@@ -192,11 +196,12 @@ class ControlSocket:
             done = threading.Event()
             outcome: dict[str, Any] = {}
 
-            def reply(path: str | None, error: str | None) -> None:
-                outcome.update(path=path, error=error)
+            def reply(folders: tuple[str, ...], error: str | None) -> None:
+                # One line of JSON: a fleet's folders, one a line inside its `path`.
+                outcome.update(path="\n".join(folders) or None, error=error)
                 done.set()
 
-            if not self._requests.put(TriggerRequest(cause_now("socket", reason), reply)):
+            if not self._requests.put(TriggerRequest(cause_now(CauseKind.SOCKET, reason), reply)):
                 _send(conn, {"error": outcome.get("error") or "not accepted"})
                 return
             _send(conn, {"accepted": True})

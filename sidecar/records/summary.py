@@ -77,12 +77,22 @@ class ProcessSampling:
     behind_s: float = 0.0
 
 
+class CauseKind(StrEnum):
+    """What took a snapshot out of schedule; the value is what summary.json holds."""
+
+    SIGNAL = "signal"  # SIGUSR1
+    SOCKET = "socket"  # `vllm-sidecar trigger`, over the control socket
+    LATENCY = "latency"  # trigger.ttft_p95_s crossed
+    QUEUE = "queue"  # trigger.queue_length crossed
+    STALL = "stall"  # an engine stalled (hang detection): an incident
+
+
 @dataclass(frozen=True, slots=True)
 class Cause:
     """Why a snapshot was taken out of schedule (schema 6): a signal, `vllm-sidecar trigger`,
     a latency or queue trigger, a stalled engine."""
 
-    kind: str  # "signal", "socket", "latency", "queue", "stall"
+    kind: CauseKind
     detail: str  # what fired it, in words with its figures
     at: str  # when, UTC ISO 8601
 

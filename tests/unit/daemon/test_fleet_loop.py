@@ -29,7 +29,7 @@ from sidecar.daemon.parts import WindowResult
 from sidecar.errors import AttachError, ConfigError
 from sidecar.exporter import SidecarCollector
 from sidecar.records import ProcessInfo, Role
-from sidecar.records.summary import Cause
+from sidecar.records.summary import Cause, CauseKind
 from sidecar.records.window import Window
 from sidecar.target.discovery import Deployment, deployment_id, find_all
 from sidecar.target.procfs import ProcFs
@@ -873,11 +873,11 @@ class StubMember:
     """A deployment's AlwaysOn as FleetAlwaysOn sees it: its target and its `take`."""
 
     target: object
-    answer: tuple[str | None, str | None] | Exception
+    answer: tuple[tuple[str, ...], str | None] | Exception
     closed: bool = False
     took: float | None = None
 
-    def take(self, cause: Cause) -> tuple[str | None, str | None]:
+    def take(self, cause: Cause) -> tuple[tuple[str, ...], str | None]:
         self.took = time.monotonic()
         time.sleep(0.2)  # a snapshot takes a while: all deployments' run at once
         if isinstance(self.answer, Exception):
@@ -896,19 +896,19 @@ def fleet_trigger(members: dict[str, StubMember]) -> FleetAlwaysOn:
 
 def test_a_fleet_trigger_takes_every_deployment_up_at_once_and_answers_every_folder() -> None:
     members = {
-        "m@8001": StubMember(object(), ("/out/h/m@8001/20261202T120000Z", None)),
-        "m@8000": StubMember(object(), ("/out/h/m@8000/20261202T120000Z", None)),
-        "m@8002": StubMember(None, ("/never", None)),  # down: not asked
-        "m@8003": StubMember(object(), (None, "not sampled: py-spy could not attach")),
+        "m@8001": StubMember(object(), (("/out/h/m@8001/20261202T120000Z",), None)),
+        "m@8000": StubMember(object(), (("/out/h/m@8000/20261202T120000Z",), None)),
+        "m@8002": StubMember(None, (("/never",), None)),  # down: not asked
+        "m@8003": StubMember(object(), ((), "not sampled: py-spy could not attach")),
         "m@8004": StubMember(object(), RuntimeError("a bug")),
     }
     always = fleet_trigger(members)
-    cause = Cause("signal", "SIGUSR1", "2026-12-02T12:00:00Z")
-    path, error = always.take(cause)
-    assert error is None and path is not None
-    # Every folder taken, one a line, in the deployments' order; the failed ones are logged.
-    assert path.splitlines() == ["/out/h/m@8000/20261202T120000Z",
-                                 "/out/h/m@8001/20261202T120000Z"]  # fmt: skip
+    cause = Cause(CauseKind.SIGNAL, "SIGUSR1", "2026-12-02T12:00:00Z")
+    folders, error = always.take(cause)
+    assert error is None and folders
+    # Every folder taken, in the deployments' order; the failed ones are logged.
+    assert list(folders) == ["/out/h/m@8000/20261202T120000Z",
+                             "/out/h/m@8001/20261202T120000Z"]  # fmt: skip
     assert members["m@8002"].took is None
     took = [m.took for m in members.values() if m.took is not None]
     assert max(took) - min(took) < 0.2  # at once, not one after another
@@ -917,10 +917,11 @@ def test_a_fleet_trigger_takes_every_deployment_up_at_once_and_answers_every_fol
 
 
 def test_a_fleet_trigger_says_why_when_no_deployment_gave_a_snapshot() -> None:
-    assert fleet_trigger({}).take(Cause("socket", "x", "2026-12-02T12:00:00Z")) == (
-        None, "no vLLM server of targets: is up now")  # fmt: skip
-    failed = {"m@8000": StubMember(object(), (None, "not sampled: gone")),
+    assert fleet_trigger({}).take(Cause(CauseKind.SOCKET, "x", "2026-12-02T12:00:00Z")) == (
+        (), "no vLLM server of targets: is up now")  # fmt: skip
+    failed = {"m@8000": StubMember(object(), ((), "not sampled: gone")),
               "m@8001": StubMember(object(), RuntimeError("a bug"))}  # fmt: skip
-    path, error = fleet_trigger(failed).take(Cause("socket", "x", "2026-12-02T12:00:00Z"))
-    assert path is None
+    folders, error = fleet_trigger(failed).take(
+        Cause(CauseKind.SOCKET, "x", "2026-12-02T12:00:00Z"))  # fmt: skip
+    assert folders == ()
     assert error == "m@8000: not sampled: gone; m@8001: RuntimeError: a bug"

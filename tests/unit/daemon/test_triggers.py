@@ -83,7 +83,7 @@ def test_the_socket_takes_a_request_and_hands_back_the_snapshot_folder(tmp_path:
     def daemon() -> None:
         request = requests.get(5.0)
         assert request is not None and request.cause.kind == "socket"
-        request.reply(f"/out/{request.cause.detail}", None)
+        request.reply((f"/out/{request.cause.detail}",), None)
 
     t = threading.Thread(target=daemon)
     t.start()
@@ -95,6 +95,47 @@ def test_the_socket_takes_a_request_and_hands_back_the_snapshot_folder(tmp_path:
     assert not (tmp_path / "control.sock").exists()
 
 
+def test_a_fleets_folders_are_one_a_line_in_the_socket_reply(tmp_path: Path) -> None:
+    """The daemon hands back a tuple of folders; only the socket's one JSON line joins them."""
+    requests = TriggerQueue()
+    server = ControlSocket(socket_path(None, tmp_path), requests, wait_s=10)
+    server.start()
+    folders = ("/out/h/m@8000/20261202T120000Z", "/out/h/m@8001/20261202T120000Z")
+
+    def daemon() -> None:
+        request = requests.get(5.0)
+        assert request is not None
+        request.reply(folders, None)
+
+    t = threading.Thread(target=daemon)
+    t.start()
+    try:
+        assert request_snapshot(tmp_path / "control.sock", "all", 10) == "\n".join(folders)
+    finally:
+        t.join()
+        server.close()
+
+
+def test_no_folder_is_the_error_in_the_socket_reply(tmp_path: Path) -> None:
+    requests = TriggerQueue()
+    server = ControlSocket(socket_path(None, tmp_path), requests, wait_s=10)
+    server.start()
+
+    def daemon() -> None:
+        request = requests.get(5.0)
+        assert request is not None
+        request.reply((), "no vLLM target attached now")
+
+    t = threading.Thread(target=daemon)
+    t.start()
+    try:
+        with pytest.raises(TriggerError, match="took no snapshot: no vLLM target attached now"):
+            request_snapshot(tmp_path / "control.sock", "x", 10)
+    finally:
+        t.join()
+        server.close()
+
+
 def test_the_client_names_the_fix_when_no_daemon_listens(tmp_path: Path) -> None:
     with pytest.raises(TriggerError, match="is `vllm-sidecar run` running"):
         request_snapshot(tmp_path / "control.sock", "x", 1)
@@ -103,8 +144,11 @@ def test_the_client_names_the_fix_when_no_daemon_listens(tmp_path: Path) -> None
 def test_a_full_queue_refuses_with_a_reason() -> None:
     q = TriggerQueue(size=1)
     from sidecar.daemon.triggers import TriggerRequest, cause_now
+    from sidecar.records.summary import CauseKind
 
     said: list[str | None] = []
-    assert q.put(TriggerRequest(cause_now("signal", "SIGUSR1")))
-    assert not q.put(TriggerRequest(cause_now("signal", "SIGUSR1"), lambda p, e: said.append(e)))
+    assert q.put(TriggerRequest(cause_now(CauseKind.SIGNAL, "SIGUSR1")))
+    assert not q.put(
+        TriggerRequest(cause_now(CauseKind.SIGNAL, "SIGUSR1"), lambda p, e: said.append(e))
+    )
     assert said and "already taking" in str(said[0])
