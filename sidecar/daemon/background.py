@@ -26,7 +26,7 @@ from sidecar.daemon.hang import (
     stall_line,
 )
 from sidecar.daemon.parts import WRITE_LOCK, Parts, WindowResult, real_collector
-from sidecar.daemon.schedule import PlannedWindow, WindowKind
+from sidecar.daemon.schedule import PlannedWindow
 from sidecar.daemon.triggers import (
     ControlSocket,
     LatencyTrigger,
@@ -40,6 +40,7 @@ from sidecar.exporter import ExporterState
 from sidecar.records.summary import Cause, CauseKind
 from sidecar.sampling.sampler import RateController
 from sidecar.store.incidents import incident_snapshot, prune_incidents, write_incident
+from sidecar.store.layout import SnapshotKind
 from sidecar.target.discovery import Deployment
 from sidecar.vllm_metrics import MetricsScrape
 from sidecar.window.pipeline import deployment_of, metrics_for
@@ -231,7 +232,7 @@ class AlwaysOn:
                 raise
             return (), f"not sampled: {exc}"
         snapshot = replace(result.snapshot, cause=cause)
-        planned = PlannedWindow(WindowKind.SNAPSHOT, self.clock(), snapshot.window.started_at)
+        planned = PlannedWindow(SnapshotKind.SNAPSHOT, self.clock(), snapshot.window.started_at)
         path = self._keep(replace(result, snapshot=snapshot), planned, parts)
         self.state.count_triggered(cause.kind)
         return ((path,), None) if path else ((), "not written (the disk is low: see the log)")

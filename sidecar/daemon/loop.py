@@ -33,11 +33,12 @@ from sidecar.daemon.failures import (
 )
 from sidecar.daemon.notify import SystemdNotifier
 from sidecar.daemon.parts import WRITE_LOCK, Builders, HourRun, Parts, WindowResult
-from sidecar.daemon.schedule import PlannedWindow, WindowKind
+from sidecar.daemon.schedule import PlannedWindow
 from sidecar.daemon.shell import MakeCollector, Shell, Signals, Wake, start_uploads
 from sidecar.daemon.uptime import Uptime, backoff
 from sidecar.errors import AttachError
 from sidecar.exporter import ExporterState
+from sidecar.store.layout import SnapshotKind
 from sidecar.target.discovery import AmbiguousTarget, Deployment, configured_target
 
 log = logging.getLogger("vllm_sidecar")
@@ -192,7 +193,7 @@ class Daemon:
             return
         if result is not None:
             start = result.snapshot.window.started_at
-            self._keep(result, PlannedWindow(WindowKind.BASELINE, self.clock(), start))
+            self._keep(result, PlannedWindow(SnapshotKind.BASELINE, self.clock(), start))
 
     def _keep(self, result: WindowResult, planned: PlannedWindow) -> None:
         keep_window(result, planned, self.parts, self.state, self.failures)
@@ -281,7 +282,7 @@ def keep_window(
     """Write a window's snapshot to `parts.store`, settle its failures, tell the exporter;
     the folder written, or None."""
     with WRITE_LOCK:  # the trigger and hang threads write too
-        snapshot, store, kind = result.snapshot, parts.store, planned.kind.value
+        snapshot, store, kind = result.snapshot, parts.store, planned.kind
         seen = [*result.failures, *reading_failures(snapshot)]
         outcome = store.write(snapshot, kind)
         if outcome.path is None:

@@ -55,6 +55,7 @@ from sidecar.daemon.uptime import Uptime, backoff
 from sidecar.errors import AttachError, SidecarError
 from sidecar.exporter import ExporterGroup, ExporterState
 from sidecar.store.folders import DiskState, StoredSnapshot, WriteOutcome
+from sidecar.store.layout import SnapshotKind
 from sidecar.store.upload import stop_all
 from sidecar.target.discovery import Deployment, DeploymentId, deployment_id, find_all
 
@@ -424,7 +425,7 @@ class _NoStore:
     def __init__(self, folder: Path) -> None:
         self.host, self.dir = folder.name, folder
 
-    def write(self, snapshot: Any, kind: str) -> WriteOutcome:
+    def write(self, snapshot: Any, kind: SnapshotKind) -> WriteOutcome:
         raise AssertionError("the fleet daemon writes to its deployments' stores")
 
     def record_gap(self, start_wall: float, end_wall: float | None, reason: str) -> None:

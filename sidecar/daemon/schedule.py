@@ -17,19 +17,14 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 
 from sidecar.config.settings import ScheduleConfig
-
-
-class WindowKind(StrEnum):
-    SNAPSHOT = "snapshot"
-    BASELINE = "baseline"
+from sidecar.store.layout import SnapshotKind
 
 
 @dataclass(frozen=True, slots=True)
 class PlannedWindow:
-    kind: WindowKind
+    kind: SnapshotKind
     start: float  # monotonic deadline
     start_wall: float  # the same moment on the wall clock, for logs and the exporter
     duration_s: float | None = None  # continuous mode: the period's length; None: window_s
@@ -66,9 +61,9 @@ class Schedule:
             return self._period(now, wall)
         baseline_at = now + (self._next_baseline_wall - wall)
         if baseline_at <= self._next + 1e-6:
-            return PlannedWindow(WindowKind.BASELINE, baseline_at, self._next_baseline_wall)
+            return PlannedWindow(SnapshotKind.BASELINE, baseline_at, self._next_baseline_wall)
         start = self._next + self._jitter()
-        return PlannedWindow(WindowKind.SNAPSHOT, start, wall + (start - now))
+        return PlannedWindow(SnapshotKind.SNAPSHOT, start, wall + (start - now))
 
     def _period(self, now: float, wall: float) -> PlannedWindow:
         """The next continuous period: from now to the next wall-clock multiple of the
@@ -77,7 +72,7 @@ class Schedule:
         end = _next_multiple(wall, interval)
         if end - wall < interval / 2:
             end += interval
-        return PlannedWindow(WindowKind.SNAPSHOT, now, wall, duration_s=end - wall)
+        return PlannedWindow(SnapshotKind.SNAPSHOT, now, wall, duration_s=end - wall)
 
     def started(self, planned: PlannedWindow) -> None:
         self.lateness_s = max(0.0, self._clock() - planned.start)
@@ -89,7 +84,7 @@ class Schedule:
         if self.continuous:  # periods follow one another: none is missed, none late
             self._next = now
             return
-        if planned.kind is WindowKind.BASELINE:
+        if planned.kind is SnapshotKind.BASELINE:
             self._next_baseline_wall = _next_multiple(self._wall(), self.config.baseline_every_s)
             if self._next <= now:  # the regular window that fell inside the baseline
                 self._next += self.config.interval_s

@@ -168,10 +168,8 @@ class SnapshotStore:
         held = self._held
         return [e for e in self._entries if held is None or not held(e.name)]
 
-    def write(self, snapshot: Snapshot, kind: SnapshotKind | str) -> WriteOutcome:
-        """Retention, room for the snapshot, then an atomic write; never raises on a full disk.
-        `kind` a SnapshotKind, or its value (what the daemon passed before there was one)."""
-        kind = SnapshotKind(kind)
+    def write(self, snapshot: Snapshot, kind: SnapshotKind) -> WriteOutcome:
+        """Retention, room for the snapshot, then an atomic write; never raises on a full disk."""
         with self._lock:
             deleted = self._retire(reserve=self._estimate) + self._make_room()
             shortfall = self._shortfall()

@@ -19,6 +19,7 @@ from sidecar.classify.classifier import Classifier
 from sidecar.classify.rules import load_rules
 from sidecar.parsers import parse_file
 from sidecar.records.window import Window
+from sidecar.store.layout import SnapshotKind
 from sidecar.store.folders import DiskState, Retention, SnapshotStore
 from sidecar.store.trend_table import PARTS_DIR, TABLE_NAME
 from sidecar.window.snapshot import Snapshot, build_snapshot
@@ -88,13 +89,13 @@ def assert_readers_see_only_complete_snapshots(host: Path, expected: list[str]) 
 
 def test_enospc_mid_write_is_a_skipped_write(small_disk: Path) -> None:
     store = SnapshotStore(small_disk, HOST, Retention(None, None, None, min_free_bytes=0))
-    first = store.write(snapshot(T0, stacks=False), "snapshot")
+    first = store.write(snapshot(T0, stacks=False), SnapshotKind.SNAPSHOT)
     assert first.path is not None
     # Room for one more small snapshot by the store's estimate, so the store lets the write
     # through; the real one is ~25x bigger and the kernel refuses it part-way.
     filler = fill(small_disk, leave=store.snapshots()[-1].bytes)
 
-    outcome = store.write(snapshot(T0 + 60, stacks=True), "snapshot")
+    outcome = store.write(snapshot(T0 + 60, stacks=True), SnapshotKind.SNAPSHOT)
     assert outcome.path is None
     assert outcome.skipped_reason is not None and "no space left" in outcome.skipped_reason
     assert store.disk_state is DiskState.LOW and store.writes_skipped == 1
@@ -104,7 +105,7 @@ def test_enospc_mid_write_is_a_skipped_write(small_disk: Path) -> None:
     )
 
     filler.unlink()
-    again = store.write(snapshot(T0 + 120, stacks=True), "snapshot")
+    again = store.write(snapshot(T0 + 120, stacks=True), SnapshotKind.SNAPSHOT)
     assert again.path is not None and store.disk_state is DiskState.OK
     assert_readers_see_only_complete_snapshots(
         small_disk / HOST, [first.path.name, again.path.name]
@@ -116,12 +117,12 @@ def test_enospc_mid_write_is_a_skipped_write(small_disk: Path) -> None:
 def test_a_full_disk_is_refused_before_writing_and_baselines_stay(small_disk: Path) -> None:
     retention = Retention(None, None, None, min_free_bytes=256 << 10)
     store = SnapshotStore(small_disk, HOST, retention)
-    baseline = store.write(snapshot(T0, stacks=False), "baseline")
-    regular = store.write(snapshot(T0 + 60, stacks=False), "snapshot")
+    baseline = store.write(snapshot(T0, stacks=False), SnapshotKind.BASELINE)
+    regular = store.write(snapshot(T0 + 60, stacks=False), SnapshotKind.SNAPSHOT)
     assert baseline.path is not None and regular.path is not None
     filler = fill(small_disk, leave=0)
 
-    outcome = store.write(snapshot(T0 + 120, stacks=True), "snapshot")
+    outcome = store.write(snapshot(T0 + 120, stacks=True), SnapshotKind.SNAPSHOT)
     assert outcome.path is None and outcome.deleted == ()  # deleting could not make room
     assert outcome.skipped_reason is not None
     assert outcome.skipped_reason.startswith(f"disk nearly full: 0.00 MiB free under {small_disk}")
@@ -131,7 +132,7 @@ def test_a_full_disk_is_refused_before_writing_and_baselines_stay(small_disk: Pa
     )
 
     filler.unlink()
-    again = store.write(snapshot(T0 + 180, stacks=False), "baseline")
+    again = store.write(snapshot(T0 + 180, stacks=False), SnapshotKind.BASELINE)
     assert again.path is not None and store.disk_state is DiskState.OK
     latest = store.latest_baseline()
     assert latest is not None and latest.name == again.path.name

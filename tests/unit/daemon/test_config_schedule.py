@@ -11,8 +11,9 @@ import pytest
 
 from sidecar.config.load import load_config
 from sidecar.config.settings import Config, ScheduleConfig, TargetConfig
-from sidecar.daemon.schedule import Schedule, WindowKind
+from sidecar.daemon.schedule import Schedule
 from sidecar.errors import AttachError, ConfigError
+from sidecar.store.layout import SnapshotKind
 from sidecar.target.discovery import configured_target
 from sidecar.target.procfs import ProcFs
 
@@ -104,7 +105,7 @@ def schedule(
     return Schedule(cfg, clocks.clock, clocks.wall), clocks
 
 
-def run_window(s: Schedule, c: Clocks, length: float) -> tuple[WindowKind, float]:
+def run_window(s: Schedule, c: Clocks, length: float) -> tuple[SnapshotKind, float]:
     planned = s.plan()
     c.mono = max(c.mono, planned.start)
     s.started(planned)
@@ -133,12 +134,12 @@ def test_baselines_fall_on_wall_clock_multiples() -> None:
     kinds = []
     for _ in range(12):
         kind, start = run_window(s, c, 1)
-        if kind is WindowKind.BASELINE:
+        if kind is SnapshotKind.BASELINE:
             wall_at_start = start + c.wall_offset
             assert wall_at_start % 6 == pytest.approx(0, abs=1e-6)
         kinds.append(kind)
-    assert kinds.count(WindowKind.BASELINE) >= 3
-    assert kinds.count(WindowKind.SNAPSHOT) >= 6
+    assert kinds.count(SnapshotKind.BASELINE) >= 3
+    assert kinds.count(SnapshotKind.SNAPSHOT) >= 6
     assert s.missed == 0  # a baseline replaces the regular window it overlaps, it is not missed
 
 

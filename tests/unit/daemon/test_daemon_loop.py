@@ -38,6 +38,7 @@ from sidecar.records.gpu import CPU_MODE, GpuMode
 from sidecar.records.window import Window
 from sidecar.sampling.pyspy import RecordOutcome, RecordRequest, SubprocessPySpy
 from sidecar.store.folders import DiskState, WriteOutcome, check_writable
+from sidecar.store.layout import SnapshotKind
 from sidecar.target.discovery import AmbiguousTarget, Deployment
 from sidecar.vllm_metrics.endpoint import MetricsUrlError
 from sidecar.window.snapshot import Readings, Snapshot, build_snapshot
@@ -107,7 +108,7 @@ class FakeStore:
         self.written: list[Snapshot] = []
         self.gaps: list[dict[str, str | None]] = []
 
-    def write(self, snapshot: Snapshot, kind: str) -> WriteOutcome:
+    def write(self, snapshot: Snapshot, kind: SnapshotKind) -> WriteOutcome:
         if self.full:
             self.writes_skipped += 1
             self.disk_state = DiskState.LOW

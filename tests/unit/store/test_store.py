@@ -89,7 +89,7 @@ def visible(root: Path) -> list[str]:
 def test_layout_kind_and_index(tmp_path: Path) -> None:
     store = SnapshotStore(tmp_path, HOST, NO_LIMITS, clock=Clock(T0 + 100))
     regular = store.write(snapshot(T0), SnapshotKind.SNAPSHOT)
-    baseline = store.write(snapshot(T0 + 60), "baseline")
+    baseline = store.write(snapshot(T0 + 60), SnapshotKind.BASELINE)
     assert regular.path == tmp_path / HOST / name(T0)
     assert baseline.path == tmp_path / HOST / name(T0 + 60, "-baseline")
     for outcome, kind in ((regular, "snapshot"), (baseline, "baseline")):
@@ -124,7 +124,7 @@ def test_layout_kind_and_index(tmp_path: Path) -> None:
 def test_index_is_replaced_not_rewritten_in_place(tmp_path: Path) -> None:
     store = SnapshotStore(tmp_path, HOST, NO_LIMITS)
     before = (tmp_path / HOST / "index.json").stat().st_ino
-    store.write(snapshot(), "snapshot")
+    store.write(snapshot(), SnapshotKind.SNAPSHOT)
     assert (tmp_path / HOST / "index.json").stat().st_ino != before  # a new file, renamed in
     assert not [p for p in visible(tmp_path) if p.startswith(".")]
 
@@ -132,8 +132,8 @@ def test_index_is_replaced_not_rewritten_in_place(tmp_path: Path) -> None:
 def test_latest_and_latest_baseline(tmp_path: Path) -> None:
     store = SnapshotStore(tmp_path, HOST, NO_LIMITS)
     assert store.latest() is None and store.latest_baseline() is None
-    store.write(snapshot(T0), "baseline")
-    store.write(snapshot(T0 + 60), "snapshot")
+    store.write(snapshot(T0), SnapshotKind.BASELINE)
+    store.write(snapshot(T0 + 60), SnapshotKind.SNAPSHOT)
     latest, baseline = store.latest(), store.latest_baseline()
     assert latest is not None and baseline is not None
     assert (latest.name, latest.kind, latest.path) == (
@@ -147,8 +147,8 @@ def test_latest_and_latest_baseline(tmp_path: Path) -> None:
 
 def test_collisions_get_numbered_and_sort_by_number(tmp_path: Path) -> None:
     store = SnapshotStore(tmp_path, HOST, NO_LIMITS)
-    paths = [store.write(snapshot(T0), "snapshot").path for _ in range(3)]
-    paths += [store.write(snapshot(T0), "baseline").path for _ in range(2)]
+    paths = [store.write(snapshot(T0), SnapshotKind.SNAPSHOT).path for _ in range(3)]
+    paths += [store.write(snapshot(T0), SnapshotKind.BASELINE).path for _ in range(2)]
     assert [p.name for p in paths if p] == [
         name(T0),
         name(T0, "-1"),
@@ -165,8 +165,8 @@ def test_collisions_get_numbered_and_sort_by_number(tmp_path: Path) -> None:
 
 def test_a_restarted_store_finds_what_is_there(tmp_path: Path) -> None:
     first = SnapshotStore(tmp_path, HOST, NO_LIMITS)
-    first.write(snapshot(T0), "snapshot")
-    first.write(snapshot(T0 + 60), "baseline")
+    first.write(snapshot(T0), SnapshotKind.SNAPSHOT)
+    first.write(snapshot(T0 + 60), SnapshotKind.BASELINE)
     (tmp_path / HOST / "notes").mkdir()  # not ours: ignored, never deleted
     again = SnapshotStore(tmp_path, HOST, NO_LIMITS)
     assert [e.name for e in again.snapshots()] == [name(T0), name(T0 + 60, "-baseline")]
@@ -176,8 +176,8 @@ def test_a_restarted_store_finds_what_is_there(tmp_path: Path) -> None:
 @pytest.mark.parametrize("damage", ["garbage", "missing", "stale", "wrong schema"])
 def test_a_bad_index_is_rebuilt_by_a_scan(tmp_path: Path, damage: str) -> None:
     store = SnapshotStore(tmp_path, HOST, NO_LIMITS)
-    store.write(snapshot(T0), "baseline")
-    store.write(snapshot(T0 + 60), "snapshot")
+    store.write(snapshot(T0), SnapshotKind.BASELINE)
+    store.write(snapshot(T0 + 60), SnapshotKind.SNAPSHOT)
     path = tmp_path / HOST / "index.json"
     if damage == "garbage":
         path.write_text('{"schema": 1, "latest": {"na')
@@ -221,7 +221,7 @@ def test_gaps_are_recorded_closed_capped_and_kept_across_restarts(tmp_path: Path
         store.record_gap(T0 + 100 * i, T0 + 100 * i + 5, f"restart {i}")
     gaps = index(tmp_path)["gaps"]
     assert isinstance(gaps, list) and len(gaps) == 100 and gaps[-1]["reason"] == "restart 149"
-    SnapshotStore(tmp_path, HOST, NO_LIMITS).write(snapshot(), "snapshot")
+    SnapshotStore(tmp_path, HOST, NO_LIMITS).write(snapshot(), SnapshotKind.SNAPSHOT)
     assert index(tmp_path)["gaps"] == gaps
 
 
@@ -232,7 +232,7 @@ def test_retention_by_age_keeps_the_newest_baseline(tmp_path: Path) -> None:
     for age_days, suffix in [(10, "-baseline"), (9, ""), (3, ""), (2, "-baseline"), (0.5, "")]:
         folder(tmp_path, name(T0 - age_days * DAY, suffix))
     store = SnapshotStore(tmp_path, HOST, Retention(1 * DAY, 1 * DAY, None, 0), clock=Clock(T0))
-    outcome = store.write(snapshot(T0), "snapshot")
+    outcome = store.write(snapshot(T0), SnapshotKind.SNAPSHOT)
     assert outcome.deleted == (
         name(T0 - 10 * DAY, "-baseline"),
         name(T0 - 9 * DAY),
@@ -248,7 +248,7 @@ def test_baselines_live_longer_than_snapshots(tmp_path: Path) -> None:
     for age_days, suffix in [(60, "-baseline"), (20, "-baseline"), (8, ""), (6, "")]:
         folder(tmp_path, name(T0 - age_days * DAY, suffix))
     store = SnapshotStore(tmp_path, HOST, Retention(7 * DAY, 30 * DAY, None, 0), clock=Clock(T0))
-    outcome = store.write(snapshot(T0), "baseline")
+    outcome = store.write(snapshot(T0), SnapshotKind.BASELINE)
     assert outcome.deleted == (name(T0 - 60 * DAY, "-baseline"), name(T0 - 8 * DAY))
 
 
@@ -272,7 +272,7 @@ def test_retention_by_size_oldest_regular_first_then_old_baselines(
     for age, suffix in SIZED:
         folder(tmp_path, name(T0 - age * DAY, suffix), size=1000)
     store = SnapshotStore(tmp_path, HOST, Retention(None, None, limit, 0), clock=Clock(T0))
-    outcome = store.write(snapshot(T0), "snapshot")
+    outcome = store.write(snapshot(T0), SnapshotKind.SNAPSHOT)
     assert outcome.deleted == tuple(name(T0 - age * DAY, suffix) for age, suffix in deleted)
     kept = [name(T0 - a * DAY, x) for a, x in SIZED if (a, x) not in deleted]
     assert visible(tmp_path) == sorted([*kept, name(T0), "index.json"])
@@ -282,25 +282,25 @@ def test_a_write_under_the_size_limit_deletes_nothing(tmp_path: Path) -> None:
     for age, suffix in SIZED:
         folder(tmp_path, name(T0 - age * DAY, suffix), size=1000)
     store = SnapshotStore(tmp_path, HOST, Retention(None, None, 6000, 0), clock=Clock(T0))
-    assert store.write(snapshot(T0), "snapshot").deleted == ()
+    assert store.write(snapshot(T0), SnapshotKind.SNAPSHOT).deleted == ()
 
 
 def test_write_applies_retention_first_and_reports_it(tmp_path: Path) -> None:
     folder(tmp_path, name(T0 - 2 * DAY))
     folder(tmp_path, name(T0 - 2 * DAY, "-baseline"))
     store = SnapshotStore(tmp_path, HOST, Retention(DAY, DAY, None, 0), clock=Clock(T0))
-    outcome = store.write(snapshot(T0), "snapshot")
+    outcome = store.write(snapshot(T0), SnapshotKind.SNAPSHOT)
     assert outcome.path is not None and outcome.deleted == (name(T0 - 2 * DAY),)
     assert visible(tmp_path) == sorted([name(T0 - 2 * DAY, "-baseline"), name(T0), "index.json"])
 
 
 def test_size_retention_leaves_room_for_the_coming_write(tmp_path: Path) -> None:
     store = SnapshotStore(tmp_path, HOST, NO_LIMITS, clock=Clock(T0))
-    store.write(snapshot(T0), "snapshot")
+    store.write(snapshot(T0), SnapshotKind.SNAPSHOT)
     one = store.total_bytes_used
     limited = SnapshotStore(tmp_path, HOST, Retention(None, None, int(one * 2.5), 0))
-    limited.write(snapshot(T0 + 60), "snapshot")
-    outcome = limited.write(snapshot(T0 + 120), "snapshot")
+    limited.write(snapshot(T0 + 60), SnapshotKind.SNAPSHOT)
+    outcome = limited.write(snapshot(T0 + 120), SnapshotKind.SNAPSHOT)
     assert outcome.deleted == (name(T0),)
     assert limited.total_bytes_used <= one * 2.5
 
@@ -315,8 +315,8 @@ def test_a_nearly_full_disk_skips_logs_once_and_resumes(
     disk = FakeDisk(tmp_path, capacity=100 << 20, other=99 << 20)  # 1 MiB free
     store = SnapshotStore(tmp_path, HOST, Retention(None, None, None, 2 << 20), disk_usage=disk)
     first, second = (
-        store.write(snapshot(T0), "snapshot"),
-        store.write(snapshot(T0 + 60), "baseline"),
+        store.write(snapshot(T0), SnapshotKind.SNAPSHOT),
+        store.write(snapshot(T0 + 60), SnapshotKind.BASELINE),
     )
     assert first.path is None and second.path is None
     assert first.skipped_reason is not None and first.skipped_reason.startswith(
@@ -329,11 +329,11 @@ def test_a_nearly_full_disk_skips_logs_once_and_resumes(
     assert len(warnings) == 1 and "disk nearly full" in warnings[0].getMessage()
 
     disk.other = 10 << 20  # an operator freed space
-    resumed = store.write(snapshot(T0 + 120), "snapshot")
+    resumed = store.write(snapshot(T0 + 120), SnapshotKind.SNAPSHOT)
     assert resumed.path is not None and store.disk_state is DiskState.OK
     assert index(tmp_path)["disk"] == {"state": "ok", "free_bytes": store.free_bytes}
     assert any("writing snapshots again" in r.getMessage() for r in caplog.records)
-    store.write(snapshot(T0 + 180), "snapshot")
+    store.write(snapshot(T0 + 180), SnapshotKind.SNAPSHOT)
     assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
 
 
@@ -342,7 +342,7 @@ def test_low_space_deletes_the_oldest_regular_snapshots_never_baselines(tmp_path
         folder(tmp_path, name(T0 - age * DAY, suffix), size=40_000)
     disk = FakeDisk(tmp_path, capacity=1_000_000)  # 840 kB free
     store = SnapshotStore(tmp_path, HOST, Retention(None, None, None, 900_000), disk_usage=disk)
-    outcome = store.write(snapshot(T0), "snapshot")
+    outcome = store.write(snapshot(T0), SnapshotKind.SNAPSHOT)
     # 940 kB needed (min_free + the newest folder's 40 kB): three 40 kB deletions make room
     assert outcome.deleted == (name(T0 - 3 * DAY), name(T0 - 2 * DAY), name(T0 - DAY))
     assert outcome.path is not None and store.deleted_total == 3
@@ -354,7 +354,7 @@ def test_a_disk_full_of_other_files_costs_no_history(tmp_path: Path) -> None:
         folder(tmp_path, name(T0 - age * DAY), size=1000)
     disk = FakeDisk(tmp_path, capacity=10 << 20, other=(10 << 20) - 5000)
     store = SnapshotStore(tmp_path, HOST, Retention(None, None, None, 1 << 20), disk_usage=disk)
-    outcome = store.write(snapshot(T0), "snapshot")
+    outcome = store.write(snapshot(T0), SnapshotKind.SNAPSHOT)
     assert outcome.path is None and outcome.deleted == () and len(store.snapshots()) == 3
 
 
@@ -363,7 +363,7 @@ def test_an_unwritable_output_is_a_skipped_write_not_a_crash(
 ) -> None:
     (tmp_path / HOST).write_text("a file where the host folder should be")
     store = SnapshotStore(tmp_path, HOST, NO_LIMITS)
-    outcomes = [store.write(snapshot(T0 + i), "snapshot") for i in range(3)]
+    outcomes = [store.write(snapshot(T0 + i), SnapshotKind.SNAPSHOT) for i in range(3)]
     assert all(o.path is None for o in outcomes) and store.writes_skipped == 3
     assert outcomes[0].skipped_reason and "cannot write" in outcomes[0].skipped_reason
     assert store.disk_state is DiskState.OK  # not a space problem

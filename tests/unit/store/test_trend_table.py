@@ -21,6 +21,7 @@ from sidecar.errors import InputError
 from sidecar.records.summary import Fingerprint
 from sidecar.records.window import Window
 from sidecar.store.folders import Retention, SnapshotStore
+from sidecar.store.layout import SnapshotKind
 from sidecar.store.summary_io import read_summary
 from sidecar.store.trend_table import (
     COMPACT_EVERY,
@@ -150,7 +151,7 @@ def test_a_garbled_part_is_skipped_with_a_warning(tmp_path: Path) -> None:
 
 def test_each_write_appends_its_row_and_every_nth_compacts(tmp_path: Path) -> None:
     store = SnapshotStore(tmp_path, HOST, NO_LIMITS)
-    outcome = store.write(snapshot(T0), "baseline")
+    outcome = store.write(snapshot(T0), SnapshotKind.BASELINE)
     assert outcome.path is not None
     table = TrendTable(tmp_path / HOST)
     read, _, _ = table.read()
@@ -158,7 +159,7 @@ def test_each_write_appends_its_row_and_every_nth_compacts(tmp_path: Path) -> No
     assert read["name"].to_pylist() == [name(T0, "-baseline")]
     assert read["kind"].to_pylist() == ["baseline"]
     for i in range(1, COMPACT_EVERY):
-        store.write(snapshot(T0 + 300 * i), "snapshot")
+        store.write(snapshot(T0 + 300 * i), SnapshotKind.SNAPSHOT)
     assert table.parts() == [] and pq.read_table(table.path).num_rows == COMPACT_EVERY
 
 
@@ -169,7 +170,7 @@ def test_rows_of_deleted_folders_go_at_the_next_compaction(tmp_path: Path) -> No
     store = SnapshotStore(tmp_path, HOST, retention, clock=lambda: clock_now[0])
     for i in range(COMPACT_EVERY):
         clock_now[0] = T0 + 3600 * i  # hourly: the first day's go after 24 writes
-        store.write(snapshot(clock_now[0]), "snapshot")
+        store.write(snapshot(clock_now[0]), SnapshotKind.SNAPSHOT)
     kept = [e.name for e in store.snapshots()]
     assert len(kept) < COMPACT_EVERY
     assert pq.read_table(TrendTable(tmp_path / HOST).path)["name"].to_pylist() == kept
@@ -181,8 +182,8 @@ def test_a_table_that_cannot_be_written_costs_no_snapshot_and_logs_once(
     store = SnapshotStore(tmp_path, HOST, NO_LIMITS)
     (tmp_path / HOST / ".table").write_text("a file where the parts folder goes")
     with caplog.at_level(logging.WARNING, logger="vllm_sidecar"):
-        first = store.write(snapshot(T0), "snapshot")
-        second = store.write(snapshot(T0 + 300), "snapshot")
+        first = store.write(snapshot(T0), SnapshotKind.SNAPSHOT)
+        second = store.write(snapshot(T0 + 300), SnapshotKind.SNAPSHOT)
     assert first.path is not None and second.path is not None
     warnings = [r for r in caplog.records if "trend table" in r.getMessage()]
     assert len(warnings) == 1 and "rebuilds its rows" in warnings[0].getMessage()

@@ -21,6 +21,7 @@ from sidecar.config.settings import UploadConfig
 from sidecar.errors import ConfigError
 from sidecar.exporter import ExporterState, SidecarCollector
 from sidecar.store.folders import Retention, SnapshotStore
+from sidecar.store.layout import SnapshotKind
 from sidecar.store.objectstore import FsspecStore, probe
 from sidecar.store.trend_table import COMPACT_EVERY, TrendTable
 from sidecar.store.upload import (
@@ -185,7 +186,9 @@ def test_retention_keeps_what_is_not_uploaded_and_deletes_it_once_confirmed(
     def write() -> tuple[str, ...]:
         window = Window(started_at=now, duration_s=8.0, rate_hz=5.0, stacks=(), samples=0,
                         errors=0, sampler_cpu_s=0.0, segments=1)  # fmt: skip
-        return store.write(build_snapshot(window, (), classifier(), host=HOST), "snapshot").deleted
+        return store.write(
+            build_snapshot(window, (), classifier(), host=HOST), SnapshotKind.SNAPSHOT
+        ).deleted
 
     assert write() == ()  # nothing uploaded yet: every expired folder is held
     up.drain()
