@@ -17,14 +17,23 @@ import base64
 import html
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from sidecar.flame.svg import PHASE_COLOURS, UNKNOWN_PHASE_COLOUR, inline
 from sidecar.records import Phase
 from sidecar.records.summary import SnapshotSummary
+from sidecar.report.build import caveats, memory_view, process_rows
 from sidecar.report.page_assets import ERROR_SCRIPT, ERRORS_ATTR, STYLE
-from sidecar.report.text import caveats, profile_block, report_data
+from sidecar.report.text import profile_block
 from sidecar.report.threads import main_cpu_line, unseen_lines
+from sidecar.report.views import (
+    Device,
+    GpuMemory,
+    MemoryView,
+    NotMeasured,
+    OneGpuMemory,
+    ProcessRow,
+)
 from sidecar.sizes import format_bytes, format_pair, format_share
 from sidecar.tables import ROLE_COLUMNS
 from sidecar.target.kvcache import kv_cache_text
@@ -265,31 +274,33 @@ def _role_bars(
 
 
 def _memory(s: SnapshotSummary) -> str:
-    d = report_data(s)
-    m = d["memory"]
-    rows = [_gpu_row(s, m), _kv_row(s, m), _host_row(s)]
+    m = memory_view(s)
+    rows = [_gpu_row(s, m), _kv_row(m), _host_row(s)]
     body = '<table class="memory">' + "".join(rows) + "</table>"
-    body += "<h3>Per process</h3>" + _processes(s, d["processes"])
+    body += "<h3>Per process</h3>" + _processes(s, process_rows(s))
     return _section("memory", "Memory breakdown", body)
 
 
-def _gpu_row(s: SnapshotSummary, m: Mapping[str, Any]) -> str:
-    if m.get("device") != "gpu" or m.get("used_bytes") is None:
-        why = s.gpu.reason or m.get("missing") or "no GPU readings"
+def _gpu_row(s: SnapshotSummary, m: MemoryView) -> str:
+    r = m.reading
+    gpus = r if isinstance(r, GpuMemory | OneGpuMemory) else None
+    if m.device is not Device.GPU or gpus is None or gpus.used_bytes is None:
+        missing = r.missing if isinstance(r, NotMeasured) else None
+        why = s.gpu.reason or missing or "no GPU readings"
         return _memory_row("gpu", "GPU memory", None, f"{NOT_MEASURED} ({why})")
-    used, total = m["used_bytes"], m["total_bytes"]
+    used, total = gpus.used_bytes, gpus.total_bytes
     text = f"{format_pair(used, total)} ({format_share(used, total)})"
-    if m.get("util"):
-        text += f"; {m['util']}"
-    extra = "".join(f'<div class="sub">{_e(line)}</div>' for line in m.get("gpus", ()))
+    if isinstance(gpus, OneGpuMemory) and gpus.util:
+        text += f"; {gpus.util}"
+    extra = "".join(f'<div class="sub">{_e(line)}</div>' for line in m.gpu_lines)
     return _memory_row("gpu", "GPU memory", used / total if total else None, text, extra)
 
 
-def _kv_row(s: SnapshotSummary, m: Mapping[str, Any]) -> str:
-    kv = s.kv_cache
-    if kv is None or not kv.bytes:
+def _kv_row(m: MemoryView) -> str:
+    kv = m.kv_cache
+    if kv is None:
         return _memory_row("kv", "KV cache", None,
-                           f"{NOT_MEASURED} ({m.get('kv_cache_missing')})")  # fmt: skip
+                           f"{NOT_MEASURED} ({m.kv_cache_missing})")  # fmt: skip
     text = kv_cache_text(kv).removeprefix("KV Cache: ")
     usage = f"vLLM's usage at the window's end: {_pct(kv.usage)}" if kv.usage is not None else (
         f"vLLM's usage: {NOT_MEASURED}")  # fmt: skip
@@ -322,17 +333,17 @@ def _memory_row(key: str, label: str, share: float | None, text: str, extra: str
     )
 
 
-def _processes(s: SnapshotSummary, rows: Sequence[Mapping[str, Any]]) -> str:
+def _processes(s: SnapshotSummary, rows: Sequence[ProcessRow]) -> str:
     if not rows:
         return f'<p class="missing">{NOT_MEASURED}: no processes recorded</p>'
     titles = {p.pid: p.title for p in s.target.processes}
     body = "".join(
-        f'<tr data-pid="{r["pid"]}"><td class="num">{r["pid"]}</td><td>{_e(r["role"])}</td>'
-        f'<td class="title">{_e(titles.get(r["pid"], ""))}</td>'
-        f'<td class="num">{_e(format_bytes(r["rss_bytes"], missing=NOT_MEASURED))}</td>'
-        f'<td class="num">{_e(format_bytes(r["gpu_memory_bytes"], missing=NOT_MEASURED))}</td>'
-        f'<td class="num">{_e(_num(r["cpu_share"], "{:.0f}%", 100))}</td>'
-        f'<td class="num">{_e(_num(r["threads"], "{:.0f}"))}</td></tr>'
+        f'<tr data-pid="{r.pid}"><td class="num">{r.pid}</td><td>{_e(r.role.value)}</td>'
+        f'<td class="title">{_e(titles.get(r.pid, ""))}</td>'
+        f'<td class="num">{_e(format_bytes(r.rss_bytes, missing=NOT_MEASURED))}</td>'
+        f'<td class="num">{_e(format_bytes(r.gpu_memory_bytes, missing=NOT_MEASURED))}</td>'
+        f'<td class="num">{_e(_num(r.cpu_share, "{:.0f}%", 100))}</td>'
+        f'<td class="num">{_e(_num(r.threads, "{:.0f}"))}</td></tr>'
         for r in rows
     )
     head = "".join(

@@ -4,12 +4,9 @@ event loop from being shown idle. Built from the summary alone, as the rest of t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import asdict
-from typing import Any
-
 from sidecar.records import MAIN_THREAD
 from sidecar.records.summary import Agreement, SnapshotSummary
+from sidecar.report.views import NotMeasured, ThreadsView
 
 FLAGGED = (Agreement.CPU_ABOVE, Agreement.CPU_BELOW)
 GROUND_TRUTH_HOW = (
@@ -24,15 +21,15 @@ AGREEMENT_WORDS = {
 }
 
 
-def threads_data(s: SnapshotSummary) -> dict[str, Any]:
+def threads_view(s: SnapshotSummary) -> ThreadsView | NotMeasured:
     """Each sampled thread's busy share against its CPU time measured from /proc (schema 5)."""
     if not s.threads:
-        return {"missing": "not measured (written before schema 5, or no thread was read)"}
+        return NotMeasured("not measured (written before schema 5, or no thread was read)")
     counts: dict[str, int] = {}
     for t in s.threads:
         counts[t.agreement.value] = counts.get(t.agreement.value, 0) + 1
-    flagged = [asdict(t) for t in s.threads if t.agreement in FLAGGED]
-    return {"counts": counts, "flagged": flagged, "how": GROUND_TRUTH_HOW}
+    flagged = tuple(t for t in s.threads if t.agreement in FLAGGED)
+    return ThreadsView(counts=counts, flagged=flagged, how=GROUND_TRUTH_HOW)
 
 
 def main_cpu_line(s: SnapshotSummary) -> list[str]:
@@ -61,16 +58,15 @@ def unseen_lines(s: SnapshotSummary) -> list[str]:
     return out
 
 
-def render_threads(th: Mapping[str, Any]) -> str:
-    counts = th["counts"]
-    said = ", ".join(f"{n} {AGREEMENT_WORDS.get(k, k)}" for k, n in counts.items())
-    lines = [f"Threads against /proc ({th['how']}): {said}"]
-    for t in th["flagged"]:
-        name = t["name"] or f"tid {t['tid']}"
+def render_threads(th: ThreadsView) -> str:
+    said = ", ".join(f"{n} {AGREEMENT_WORDS.get(k, k)}" for k, n in th.counts.items())
+    lines = [f"Threads against /proc ({th.how}): {said}"]
+    for t in th.flagged:
+        name = t.name or f"tid {t.tid}"
         lines.append(
-            f"- {t['role']} {name} (pid {t['pid']}, tid {t['tid']}): samples "
-            f"{_pct1(t['busy_share'])} busy [{_pct1(t['busy_low'])}-{_pct1(t['busy_high'])}] "
-            f"of {t['samples']}, /proc {_pct1(t['cpu_share'])} of a core: {t['reason']}"
+            f"- {t.role} {name} (pid {t.pid}, tid {t.tid}): samples "
+            f"{_pct1(t.busy_share)} busy [{_pct1(t.busy_low)}-{_pct1(t.busy_high)}] "
+            f"of {t.samples}, /proc {_pct1(t.cpu_share)} of a core: {t.reason}"
         )
     return "\n".join(lines)
 
