@@ -13,19 +13,11 @@ from sidecar.classify.classifier import Classifier
 from sidecar.classify.rules import load_rules
 from sidecar.records.summary import SnapshotSummary
 from sidecar.sampling.pyspy import SubprocessPySpy, whole_rate
-from sidecar.sampling.sampler import RateController, Sampler
 from sidecar.store.writers import write_snapshot
 from sidecar.target.discovery import configured_target
 from sidecar.target.procfs import ProcFs
-from sidecar.vllm_metrics import HttpMetricsSource
-from sidecar.vllm_metrics.custom import custom_reader
-from sidecar.window.pipeline import (
-    WindowReaders,
-    host_procfs,
-    metrics_for,
-    open_gpu_reader,
-    profile_window,
-)
+from sidecar.window.pipeline import profile_window
+from sidecar.window.readers import configured_metrics, open_gpu_reader, readers_for, sampler_for
 
 if TYPE_CHECKING:
     from sidecar.config.settings import Config, SnapshotOptions
@@ -51,24 +43,12 @@ def take_snapshot(
         runner = replace(runner, on_sampling=lambda r, attach_s: say(
             f"{SAMPLING_LINE} {r.pid} for {r.duration_s:.3g} s at {whole_rate(r.rate_hz)} Hz "
             f"(py-spy attached in {attach_s:.1f} s)"))  # fmt: skip
-    budget = config.sampling.cpu_budget
-    sampler = Sampler(
-        runner=runner,
-        pid=target.root.pid,
-        controller=RateController(rate_hz=config.sampling.rate_hz, budget=budget),
-        segment_s=min(config.sampling.segment_s, options.duration_s),
-        alive=lambda: target.still_alive(procfs),
-    )
-    url = config.metrics.url
-    configured = HttpMetricsSource(url, timeout_s=config.metrics.timeout_s) if url else None
-    metrics, unread = metrics_for(target, configured, config.metrics.timeout_s)
-    if unread is not None:
-        log.warning("vLLM's /metrics will not be read: %s", unread)
-    custom = custom_reader(config.custom_metrics, config.metrics.timeout_s,
-                           metrics.url if metrics else None)  # fmt: skip
-    readers = WindowReaders(procfs=procfs, metrics=metrics, metrics_unread=unread,
-                            gpu=open_gpu_reader(config.gpu), custom=custom,
-                            host_procfs=host_procfs(config.target.host_proc))  # fmt: skip
+    sampler = sampler_for(config, runner, target, options.duration_s,
+                          alive=lambda: target.still_alive(procfs))  # fmt: skip
+    readers = readers_for(config, target, procfs, open_gpu_reader(config.gpu),
+                          configured_metrics(config))  # fmt: skip
+    if readers.metrics_unread is not None:
+        log.warning("vLLM's /metrics will not be read: %s", readers.metrics_unread)
     began = time.monotonic()
     try:
         snap = profile_window(target, sampler, Classifier(rules), readers, options.duration_s)

@@ -20,7 +20,7 @@ from sidecar.target.discovery import Deployment, configured_target, deployment_i
 from sidecar.target.procfs import ProcFs
 from sidecar.vllm_metrics import HttpMetricsSource, MetricsScrape, take_scrape
 from sidecar.vllm_metrics.custom import probe
-from sidecar.window.pipeline import metrics_source_for, open_gpu_reader
+from sidecar.window.readers import metrics_source_for, open_gpu_reader
 
 CAP_SYS_PTRACE = 19
 _T = TypeVar("_T")

@@ -43,7 +43,8 @@ from sidecar.store.incidents import incident_snapshot, prune_incidents, write_in
 from sidecar.store.layout import SnapshotKind
 from sidecar.target.discovery import Deployment
 from sidecar.vllm_metrics import MetricsScrape
-from sidecar.window.pipeline import deployment_of, metrics_for
+from sidecar.window.pipeline import deployment_of
+from sidecar.window.readers import metrics_for
 
 log = logging.getLogger("vllm_sidecar")
 Keep = Callable[[WindowResult, PlannedWindow, Parts], str | None]

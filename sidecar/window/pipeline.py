@@ -25,28 +25,8 @@ from sidecar.classify.classifier import Classifier
 from sidecar.sampling.sampler import Sampler
 from sidecar.target.discovery import Deployment
 from sidecar.target.serveflags import deployment_name
-from sidecar.window.readers import (
-    SegmentLaps,
-    WindowReaders,
-    # Imported from here before window/readers.py held them (commands, doctor, the daemon's
-    # background): kept until those import them from readers.
-    host_procfs,
-    metrics_for,
-    metrics_source_for,
-    open_gpu_reader,
-)
+from sidecar.window.readers import SegmentLaps, WindowReaders
 from sidecar.window.snapshot import Snapshot, build_snapshot
-
-__all__ = [
-    "SegmentLaps",
-    "WindowReaders",
-    "deployment_of",
-    "host_procfs",
-    "metrics_for",
-    "metrics_source_for",
-    "open_gpu_reader",
-    "profile_window",
-]
 
 
 def profile_window(

@@ -19,8 +19,8 @@ from sidecar.classify.classifier import Classifier
 from sidecar.classify.rules import load_rules
 from sidecar.parsers import parse_file
 from sidecar.records.window import Window
-from sidecar.store.layout import SnapshotKind
 from sidecar.store.folders import DiskState, Retention, SnapshotStore
+from sidecar.store.layout import SnapshotKind
 from sidecar.store.trend_table import PARTS_DIR, TABLE_NAME
 from sidecar.window.snapshot import Snapshot, build_snapshot
 

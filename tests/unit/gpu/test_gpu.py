@@ -48,7 +48,8 @@ from sidecar.report.text import render
 from sidecar.target.discovery import Deployment
 from sidecar.target.pidmap import PidMap
 from sidecar.target.procfs import ProcFs
-from sidecar.window.pipeline import WindowReaders, profile_window
+from sidecar.window.pipeline import profile_window
+from sidecar.window.readers import WindowReaders
 from tests.nvml_double import RecordedNvml
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"

@@ -36,7 +36,8 @@ from sidecar.target.fingerprint import (
 from sidecar.target.installed import parse_metadata
 from sidecar.target.procfs import ProcFs
 from sidecar.version import sidecar_version
-from sidecar.window.pipeline import WindowReaders, profile_window
+from sidecar.window.pipeline import profile_window
+from sidecar.window.readers import WindowReaders
 from tests.nvml_double import RecordedNvml
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"

@@ -218,7 +218,8 @@ def test_the_window_reads_custom_metrics_from_its_own_scrapes() -> None:
     from sidecar.classify.rules import load_rules
     from sidecar.target.discovery import Deployment
     from sidecar.target.procfs import ProcFs
-    from sidecar.window.pipeline import WindowReaders, profile_window
+    from sidecar.window.pipeline import profile_window
+    from sidecar.window.readers import WindowReaders
     from tests.unit.gpu.test_gpu import InstantSampler, RecordedMetrics
     from tests.unit.report.test_report import processes
 

@@ -593,7 +593,7 @@ def test_a_server_without_a_metrics_url_is_a_reason_not_an_error(
     """`snapshot` exited 2 on such a server (0.1): now the window goes on, metrics unread."""
     from sidecar.records import ProcessInfo, Role
     from sidecar.target.discovery import Deployment
-    from sidecar.window.pipeline import metrics_for
+    from sidecar.window.readers import metrics_for
 
     cmdline = ("python", "-m", "vllm.entrypoints.openai.api_server", *flags)
     api = ProcessInfo(10, 1, 1, cmdline, " ".join(cmdline), Role.API_SERVER)
