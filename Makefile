@@ -38,7 +38,7 @@ test: vllm-env lint browser prometheus
 # The tests as CI's runner starts them: in a session whose scheduling group (autogroup) is niced.
 # There, what vLLM and the load generator (sessions of their own) leave to the runner's session
 # is about 1 % of a core; CI's dump of a starved window showed it (devtools/sidecar_proc.py).
-# TESTS=tests/integration/test_diff_live.py narrows it.
+# TESTS=tests/integration/test_live_snapshot.py narrows it.
 TESTS ?= tests
 test-like-ci: vllm-env browser prometheus
 	setsid --wait sh -c 'echo 19 > /proc/self/autogroup && cat /proc/self/autogroup \

@@ -1,6 +1,6 @@
-"""Windows of the dev vLLM server under a steady load, for `vllm-sidecar diff`: what the live
-diff tests (tests/integration/test_diff_live.py) take, and what `make record-diff` records into
-tests/fixtures/diff for the unit tests and the measured false-alarm rate.
+"""Windows of the dev vLLM server under a steady load, for `vllm-sidecar diff`: what `make
+record-diff` records into tests/fixtures/diff for the unit tests (tests/unit/diff/) and the
+measured false-alarm rate.
 
 The load runs in a process of its own for the whole series (a real client), started before the
 first window and warmed up, so every window sees the same steady traffic; each window is

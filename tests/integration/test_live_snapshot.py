@@ -15,6 +15,7 @@ assertion failed.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pandas as pd
@@ -205,3 +206,19 @@ def test_kv_cache_bytes_match_the_servers_setting(windows: dict[str, LiveWindow]
     assert kv["budget_source"].startswith("vllm:cache_config_info"), kv
     assert kv["bytes"] == kv["allocated_bytes"] == 1 << 30, kv
     assert kv["share_of"] == "host" and 0 < kv["share"] < 1, kv
+
+
+def test_diff_reads_the_windows_just_taken(windows: dict[str, LiveWindow]) -> None:
+    """`diff` on snapshots the current code has just written (its statistics are checked on the
+    recorded windows, tests/unit/diff/): one window a side of one server, a mixed load against
+    long prompts, runs, names no fingerprint change and says the workload differs."""
+    from devtools.diff_windows import cli
+
+    a, b = latest(windows, "mixed").snapshot, latest(windows, "prefill-heavy").snapshot
+    done = cli("diff", str(a), str(b), "--format", "json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout)
+    assert out["fingerprint"] == []  # the same server
+    assert out["a"]["workload"]["windows"] == 1 and out["b"]["workload"]["windows"] == 1
+    assert "prompt tokens per request" in out["workload_differs"], out["verdict"]
+    assert out["verdict"]
