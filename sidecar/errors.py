@@ -53,6 +53,15 @@ class OutputError(SidecarError):
     exit_code = 6
 
 
+class TriggerError(SidecarError):
+    """`vllm-sidecar trigger` could not have a snapshot taken (exit 1)."""
+
+
+class UploadError(SidecarError):
+    """A folder's upload did not complete (the store refused, or the listing did not match):
+    counted and retried by the upload thread, never an exit of its own."""
+
+
 BUG_EXIT = 70  # EX_SOFTWARE: a bug in the sidecar, not an operator error
 
 

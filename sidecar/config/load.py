@@ -30,6 +30,7 @@ from sidecar.config.settings import (
 from sidecar.config.targets import parse_targets
 from sidecar.config.units import Unfit, Unit, kind_of
 from sidecar.errors import ConfigError
+from sidecar.records.window import SamplingMode
 
 ENV_PREFIX = "VLLM_SIDECAR_"
 # VLLM_SIDECAR_* variables the project documents for something other than a setting: accepted
@@ -242,7 +243,7 @@ def validate(c: Config) -> None:
     """What no one setting can say alone: how settings fit together."""
     s = c.schedule
     # window_s is the windows mode's alone: a continuous period is the whole interval.
-    if c.sampling.mode == "windows" and s.interval_s < s.window_s:
+    if c.sampling.mode == SamplingMode.WINDOWS and s.interval_s < s.window_s:
         raise ConfigError(
             f"schedule.interval_s ({s.interval_s:g}) is shorter than window_s "
             f"({s.window_s:g}): windows would overlap; raise interval_s or lower window_s"
@@ -253,7 +254,7 @@ def validate(c: Config) -> None:
             f"schedule.interval_s ({s.interval_s:g})"
         )
     ratio = s.baseline_every_s / s.interval_s
-    if c.sampling.mode == "continuous" and abs(ratio - round(ratio)) > 1e-9:
+    if c.sampling.mode == SamplingMode.CONTINUOUS and abs(ratio - round(ratio)) > 1e-9:
         raise ConfigError(
             f"schedule.baseline_every_s ({s.baseline_every_s:g}) is not a whole multiple of "
             f"schedule.interval_s ({s.interval_s:g}): in continuous mode a baseline is its "

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.config.settings import TriggerConfig
-from sidecar.errors import SidecarError
+from sidecar.errors import TriggerError
 from sidecar.records.summary import Cause, CauseKind
 from sidecar.vllm_metrics import MetricsScrape, serving_figures
 from sidecar.vllm_metrics.figures import WAITING
@@ -241,10 +241,6 @@ def _connect(sock: socket.socket, path: Path) -> None:
             f"{path}: {exc}; is the daemon running? (a stale socket file stays "
             "after a killed daemon until it starts again)"
         ) from None
-
-
-class TriggerError(SidecarError):
-    """`vllm-sidecar trigger` could not have a snapshot taken (exit 1)."""
 
 
 def request_snapshot(path: Path, reason: str, timeout_s: float) -> str:

@@ -18,7 +18,7 @@ Each (field, code) is logged at its level once per reader: a field is `gpu0.powe
 `gpu0/mig1.memory`, so "once per field per device".
 
 Starting NVML is separate: no bindings, no library, no driver or no device is CPU mode, a
-`GpuReading(available=False, reason="no NVIDIA GPU: CPU mode (...)")`, logged once at info;
+`GpuReading(mode=GpuMode.CPU_MODE, reason="no NVIDIA GPU: CPU mode (...)")`, logged once at info;
 other start failures (permissions, a driver upgraded under a running container) are logged
 once as warnings with the fix and retried on the next read. The sidecar carries on either way.
 """

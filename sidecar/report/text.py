@@ -47,8 +47,6 @@ from sidecar.target.kvcache import kv_cache_text
 
 __all__ = ["caveats", "custom_value", "profile_block", "render", "report_data"]
 
-STEP = ("forward", "attention", "prefill", "decode", "sampling")
-
 
 def report_data(s: SnapshotSummary, advice: AdviceRules | None = None) -> dict[str, Any]:
     """The report as JSON-ready data: what `--format json` prints, `to_jsonable` of the view

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from sidecar import outproc
 from sidecar.config.settings import Config
 from sidecar.records import ProcessInfo, Role
+from sidecar.records.window import SamplingMode
 from sidecar.sampling.pyspy import ProcessRate, RecordOutcome
 
 # Rates relative to the EngineCore's: rules as data. `other` (a launcher, a helper) is not sampled.
@@ -114,4 +115,4 @@ def is_continuous(config: Config) -> bool:
     """Whether the daemon samples continuously: `sampling.mode: continuous` with one target.
     A fleet daemon (`targets:`) takes its deployments' windows one after another, so it keeps
     the windows mode (README, "Continuous mode")."""
-    return config.sampling.mode == "continuous" and not config.targets
+    return config.sampling.mode == SamplingMode.CONTINUOUS and not config.targets

@@ -16,8 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sidecar.config.settings import AWS_CHAIN_HELP, UploadConfig
-from sidecar.errors import ConfigError
-from sidecar.store.upload import UploadError
+from sidecar.errors import ConfigError, UploadError
 
 S3_MISSING = ("upload.url is set but s3fs is not installed: pip install 'vllm-sidecar[s3]' "
               "(or unset upload.url)")  # fmt: skip

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import quote
 
+from sidecar.errors import UploadError
 from sidecar.store.atomic import write_file
 from sidecar.store.folders import StoredSnapshot
 from sidecar.store.layout import MARKERS_DIR, summary_deployment
@@ -46,10 +47,6 @@ LAST = ("summary.json", ROW_NAME)
 UNKNOWN = "unknown"  # the partition value of a summary without a deployment (schema 1 and 2)
 POLL_S = 60.0  # the thread looks for work this often even when no write woke it
 STOP_WAIT_S = 30.0  # at stop, how long the daemon waits for uploads to finish their object
-
-
-class UploadError(Exception):
-    """A folder's upload did not complete (the store refused, or the listing did not match)."""
 
 
 class _Stopped(Exception):

@@ -71,14 +71,6 @@ class Snapshot:
     fingerprint: Fingerprint | None = None
     cause: Cause | None = None  # why it was taken out of schedule; None: on it
 
-    # Every row carries where and when it was taken, so the stacks.parquet of many snapshots
-    # (hosts, deployments) concatenate into one table without joins.
-    STACK_COLUMNS = (
-        "host", "deployment", "snapshot", "time", "kind",
-        "pid", "role", "thread_id", "thread_name", "phase", "stage",
-        "weight", "frame", "rule", "stack",
-    )  # fmt: skip
-
     def summary(self, kind: str | None = None) -> SnapshotSummary:
         """The typed summary: what summary.json holds, and what every reader takes."""
         w, s = self.window, self.phase_summary

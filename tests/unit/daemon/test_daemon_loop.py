@@ -35,7 +35,7 @@ from sidecar.gpu import GpuReading
 from sidecar.gpu.nvml import NvmlError, NvmlReturn
 from sidecar.records import ProcessInfo, Role
 from sidecar.records.gpu import CPU_MODE, GpuMode
-from sidecar.records.window import Window
+from sidecar.records.window import SamplingMode, Window
 from sidecar.sampling.pyspy import RecordOutcome, RecordRequest, SubprocessPySpy
 from sidecar.store.folders import DiskState, WriteOutcome, check_writable
 from sidecar.store.layout import SnapshotKind
@@ -48,7 +48,7 @@ WALL0 = 1_780_000_000.0  # the wall clock then; the next daily baseline is 12,80
 WINDOW, INTERVAL = 10.0, 60.0
 SCHEDULE = ScheduleConfig(window_s=WINDOW, interval_s=INTERVAL, baseline_every_s=86400.0)
 # The windows mode's schedule (continuous mode: test_continuous.py).
-CONFIG = Config(schedule=SCHEDULE, sampling=SamplingConfig(mode="windows"), exporter_listen="off",
+CONFIG = Config(schedule=SCHEDULE, sampling=SamplingConfig(mode=SamplingMode.WINDOWS), exporter_listen="off",
                 gpu=False)  # fmt: skip
 
 

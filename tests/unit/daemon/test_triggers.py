@@ -13,11 +13,11 @@ from sidecar.config.settings import TriggerConfig
 from sidecar.daemon.triggers import (
     ControlSocket,
     LatencyTrigger,
-    TriggerError,
     TriggerQueue,
     request_snapshot,
     socket_path,
 )
+from sidecar.errors import TriggerError
 from sidecar.vllm_metrics import MetricsScrape, parse_scrape
 
 METRICS = Path(__file__).resolve().parents[2] / "fixtures" / "metrics"
