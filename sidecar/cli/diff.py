@@ -42,16 +42,9 @@ def diff(sides: tuple[str, ...], baseline_of: Path | None, since: str | None,
     from sidecar.advice.findings import finding_changes
     from sidecar.advice.rules import load_advice
     from sidecar.analyze.compare import compare
-    from sidecar.diff.sides import (
-        Range,
-        baseline_sides,
-        gate,
-        now,
-        parse_time,
-        render_text,
-        side_from,
-    )
-    from sidecar.diff.sides import to_json as diff_json
+    from sidecar.diff.sides import Range, baseline_sides, now, parse_time, side_from
+    from sidecar.diff.text import gate, render_text
+    from sidecar.diff.text import to_json as diff_json
 
     threshold = None
     if fail_on is not None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import duckdb
 
-from sidecar.diff.sides import change_words
+from sidecar.diff.text import change_words
 from sidecar.errors import InputError
 from sidecar.fleet.outliers import Group, Key, Outliers, find_outliers
 from sidecar.fleet.source import Fleet, Note

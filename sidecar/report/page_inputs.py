@@ -112,13 +112,8 @@ def trend_of(store: Path, folder: Path, note: Note) -> bytes | Missing:
 def diff_of(store: Path) -> DiffView | Missing:
     """The latest baseline against the latest snapshot, as `diff --baseline STORE` has it."""
     from sidecar.analyze.compare import compare
-    from sidecar.diff.sides import (
-        SIGNIFICANT_HEADERS,
-        baseline_sides,
-        caveats,
-        significant_rows,
-        verdict,
-    )
+    from sidecar.diff.sides import baseline_sides
+    from sidecar.diff.text import SIGNIFICANT_HEADERS, caveats, significant_rows, verdict
 
     folders = OutputTree(store).snapshots()
     baselines = sum(1 for f in folders if f.kind is SnapshotKind.BASELINE)

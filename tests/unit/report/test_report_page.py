@@ -15,7 +15,8 @@ import pytest
 
 from sidecar.analyze.compare import compare
 from sidecar.cli import main
-from sidecar.diff.sides import baseline_sides, significant_rows, verdict
+from sidecar.diff.sides import baseline_sides
+from sidecar.diff.text import significant_rows, verdict
 from sidecar.flame.graph import build_tree, layout
 from sidecar.report.page import Missing, PageInputs, render_page
 from sidecar.report.page_inputs import page_inputs

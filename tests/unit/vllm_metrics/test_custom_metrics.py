@@ -18,7 +18,7 @@ from devtools.schema import SCHEMA_PATH
 from sidecar.analyze.compare import Side, compare
 from sidecar.config.custom_metrics import CustomMetricSpec
 from sidecar.config.load import load_config
-from sidecar.diff.sides import render_text, to_json
+from sidecar.diff.text import render_text, to_json
 from sidecar.errors import ConfigError
 from sidecar.exporter.collector import SidecarCollector
 from sidecar.exporter.state import ExporterState
