@@ -25,6 +25,8 @@ import pytest
 
 from devtools.diff_windows import REPO, cli, env
 from devtools.server import VllmServer
+from sidecar.cli import main
+from sidecar.store.summary_io import read_summary
 
 pytestmark = pytest.mark.integration
 
@@ -72,8 +74,7 @@ def fired(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def starved(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
-    """A server whose KV cache holds four long prompts (as tests/integration/test_kv_live.py
-    starts it): more requests than that wait for blocks, and a running one that needs another
+    """A server whose KV cache holds four long prompts: more requests than that wait for blocks, and a running one that needs another
     block while it decodes preempts another."""
     server = VllmServer(
         log_path=Path(tmp_path_factory.mktemp("vllm-starved")) / "server.log",
@@ -123,3 +124,23 @@ def test_a_tiny_kv_cache_under_mixed_load_is_exhausted(starved: VllmServer, tmp_
     finding = found["kv-cache-exhausted"]
     assert finding["severity"] == "critical" and "--max-num-seqs" in finding["flags"]
     assert data["findings"]["findings"][0]["id"] == "kv-cache-exhausted"  # most severe first
+
+
+# The KV cache's size on the same server (its blocks overridden): what vLLM allocated, not its
+# configured budget (0.1 printed "KV Cache: 1.1 GB" for a cache of 1,536 tokens). Once a module of
+# its own with a server of its own: the same flags, so one start fewer. The tiny Llama keeps
+# 2 KiB per token (float32); KV_BLOCKS x block size 128 = 1,536 tokens.
+def test_the_report_counts_the_blocks_allocated_beside_the_budget(
+    starved: VllmServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["snapshot", "--pid", str(starved.pid), "--duration", "2", "--out", str(tmp_path)]
+    assert main(args) == 0
+    (folder,) = [p for p in tmp_path.iterdir() if not p.name.startswith(".")]
+    kv = read_summary(folder).kv_cache
+    assert kv is not None and (kv.num_blocks, kv.block_size, kv.tokens) == (KV_BLOCKS, 128, 1536)
+    assert kv.bytes == kv.allocated_bytes == 1536 * 2048  # 3 MiB: what vLLM allocated
+    assert kv.budget_bytes == 1 << 30  # VLLM_CPU_KVCACHE_SPACE=1, reported as the budget
+    capsys.readouterr()
+    assert main(["report", str(folder)]) == 0
+    text = capsys.readouterr().out
+    assert "- KV Cache: 3.0 MiB allocated (1,536 tokens x 2.0 KiB; budget 1.0 GiB)" in text

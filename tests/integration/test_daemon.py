@@ -202,10 +202,12 @@ def test_kill_9_never_leaves_a_partial_snapshot_visible(
 
 
 def test_vllm_restart_is_a_gap_then_profiling_goes_on(
-    tmp_path: Path, daemons: list[Running]
+    tmp_path: Path, daemons: list[Running], vllm_server: VllmServer
 ) -> None:
-    """Kill vLLM, start a new one (new PIDs), point the pid file at it: the daemon records the
-    outage as a gap and profiles the new server; only the windows it was down are lost."""
+    """Kill vLLM, point the pid file at another one (new PIDs): the daemon records the outage as
+    a gap and profiles the new server; only the windows it was down are lost. The new one is the
+    session's server, which the daemon had never seen (one server start fewer than a second of
+    the test's own: the daemon learns of it only through the pid file, as after a restart)."""
     pid_file = tmp_path / "vllm.pid"
     with VllmServer(log_path=tmp_path / "first.log") as first:
         pid_file.write_text(str(first.pid))
@@ -213,12 +215,12 @@ def test_vllm_restart_is_a_gap_then_profiling_goes_on(
         daemons.append(d)
         d.wait_for(2)
         down_at = time.time()
-    with VllmServer(log_path=tmp_path / "second.log") as second:
-        up_at = time.time()
-        pid_file.write_text(str(second.pid))
-        before = len(d.snapshots())
-        found = d.wait_for(before + 2, timeout_s=120)
-        assert d.stop() == 0
+    second = vllm_server
+    up_at = time.time()
+    pid_file.write_text(str(second.pid))
+    before = len(d.snapshots())
+    found = d.wait_for(before + 2, timeout_s=120)
+    assert d.stop() == 0
     roots = {json.loads((f / "summary.json").read_text())["target"]["root_pid"] for f in found}
     assert roots == {first.pid, second.pid}
     gaps = d.index()["gaps"]
