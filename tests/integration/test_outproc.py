@@ -24,9 +24,10 @@ from sidecar.classify.classifier import Classifier
 from sidecar.parsers import parse_raw
 from sidecar.records import ProcessInfo, Role
 from sidecar.classify.rules import load_rules
-from sidecar.sampling.sampler import Window
+from sidecar.records.window import Window
 from sidecar.window.snapshot import build_snapshot
 from sidecar.store.folders import Retention, SnapshotStore
+from sidecar.store.layout import SnapshotKind
 
 outproc.enable()
 raw = Path(sys.argv[1]).read_text()
@@ -36,7 +37,7 @@ procs = tuple(ProcessInfo(p, 1, 1, ("x",), "x", Role.OTHER) for p in pids)
 w = Window(started_at=1_780_000_000.0, duration_s=8.0, rate_hz=20.0, stacks=stacks,
            samples=sum(s.weight for s in stacks), errors=0, sampler_cpu_s=0.0, segments=1)
 store = SnapshotStore(Path(sys.argv[2]), "host", Retention(None, None, 1 << 30, 0))
-out = store.write(build_snapshot(w, procs, Classifier(load_rules(None))), "snapshot")
+out = store.write(build_snapshot(w, procs, Classifier(load_rules(None))), SnapshotKind.SNAPSHOT)
 print(json.dumps({"path": str(out.path), "loaded": sorted(m for m in ("pandas", "pyarrow")
                   if m in sys.modules), "child_cpu_s": outproc.child_cpu_s()}))
 """
