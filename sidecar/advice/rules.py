@@ -33,7 +33,7 @@ from sidecar.advice.expr import (
     parse,
 )
 from sidecar.advice.figures import ROLES, known
-from sidecar.config.packaged import packaged_config
+from sidecar.config.packaged import packaged_config, read_config_text
 from sidecar.errors import ConfigError
 
 ADVICE_FILENAME = "advice.yaml"
@@ -110,16 +110,10 @@ def default_advice_path() -> Path:
 
 def load_advice(path: Path | None = None) -> AdviceRules:
     path = path or default_advice_path()
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot read advice rules {path}: {exc.strerror or exc}. Pass --advice with a "
-            "readable file, or omit it to use the built-in configs/advice.yaml."
-        ) from exc
-    except ValueError as exc:  # UnicodeDecodeError
-        raise ConfigError(f"{path} is not an advice rules file ({exc})") from None
-    return parse_advice(text, source=str(path))
+    fix = "Pass --advice with a readable file, or omit it to use the built-in configs/advice.yaml."
+    return parse_advice(
+        read_config_text(path, "advice rules", "an advice rules file", fix), source=str(path)
+    )
 
 
 def parse_advice(text: str, source: str = "<advice>") -> AdviceRules:

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from sidecar.config.packaged import packaged_config
+from sidecar.config.packaged import packaged_config, read_config_text
 from sidecar.errors import ConfigError
 from sidecar.records import Frame, Phase, Role, Stage
 
@@ -218,16 +218,8 @@ def default_rules_path() -> Path:
 
 def load_rules(path: Path | None = None) -> RuleSet:
     path = path or default_rules_path()
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot read rules file {path}: {exc.strerror or exc}. "
-            "Pass --rules with a readable file, or omit it to use the built-in rules."
-        ) from exc
-    except ValueError as exc:  # UnicodeDecodeError: not a text file
-        raise ConfigError(f"{path} is not a rules file ({exc})") from None
-    return parse_rules(text, source=str(path))
+    fix = "Pass --rules with a readable file, or omit it to use the built-in rules."
+    return parse_rules(read_config_text(path, "rules file", "a rules file", fix), source=str(path))
 
 
 def parse_rules(text: str, source: str = "<rules>") -> RuleSet:

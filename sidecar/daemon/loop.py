@@ -34,7 +34,7 @@ from sidecar.daemon.failures import (
 from sidecar.daemon.notify import SystemdNotifier
 from sidecar.daemon.parts import WRITE_LOCK, Builders, HourRun, Parts, WindowResult
 from sidecar.daemon.schedule import PlannedWindow
-from sidecar.daemon.shell import MakeCollector, Shell, Signals, Wake, start_uploads
+from sidecar.daemon.shell import HoldsShell, MakeCollector, Shell, Wake, start_uploads
 from sidecar.daemon.uptime import Uptime, backoff
 from sidecar.errors import AttachError
 from sidecar.exporter import ExporterState
@@ -44,7 +44,7 @@ from sidecar.target.discovery import AmbiguousTarget, Deployment, configured_tar
 log = logging.getLogger("vllm_sidecar")
 
 
-class Daemon:
+class Daemon(HoldsShell):
     def __init__(
         self,
         config: Config,
@@ -72,27 +72,6 @@ class Daemon:
         self._hour: HourRun | None = None  # continuous mode: the hour its baseline puts together
         self.always = AlwaysOn(lambda: self.parts, self.state, self.failures, self._keep_in,
                                clock, wall_clock, self.signals.stop)  # fmt: skip
-
-    # The shell's, by the names the CLI and the tests know.
-    @property
-    def parts(self) -> Parts:
-        return self.shell.parts
-
-    @property
-    def config(self) -> Config:
-        return self.shell.config
-
-    @property
-    def signals(self) -> Signals:
-        return self.shell.signals
-
-    @property
-    def state(self) -> ExporterState:
-        return self.shell.state
-
-    @property
-    def failures(self) -> FailureTally:
-        return self.shell.failures
 
     @property
     def notifier(self) -> SystemdNotifier:

@@ -50,7 +50,14 @@ from sidecar.daemon.failures import FailureTally
 from sidecar.daemon.loop import keep_window
 from sidecar.daemon.parts import Builders, Parts, Store, WindowResult, build_parts
 from sidecar.daemon.schedule import PlannedWindow
-from sidecar.daemon.shell import TICK_S, MakeCollector, Shell, Signals, Wake, start_uploads
+from sidecar.daemon.shell import (
+    TICK_S,
+    HoldsShell,
+    MakeCollector,
+    Shell,
+    Wake,
+    start_uploads,
+)
 from sidecar.daemon.uptime import Uptime, backoff
 from sidecar.errors import AttachError, SidecarError
 from sidecar.exporter import ExporterGroup, ExporterState
@@ -86,7 +93,7 @@ class Member:
         return self.uptime.restarts
 
 
-class MultiTargetDaemon:
+class MultiTargetDaemon(HoldsShell):
     """The daemon over every server `config.targets` names; signals, reloads, the watchdog and
     the exporter's endpoint are every daemon's (shell.py), outages each deployment's as the
     single daemon's (uptime.py)."""
@@ -131,27 +138,6 @@ class MultiTargetDaemon:
             lambda: self.parts, self.state, self.failures, self._keep_in, self.clock,
             self.wall, self.signals.stop,
         )  # fmt: skip
-
-    # The shell's, by the names the CLI and the tests know.
-    @property
-    def parts(self) -> Parts:
-        return self.shell.parts
-
-    @property
-    def config(self) -> Config:
-        return self.shell.config
-
-    @property
-    def signals(self) -> Signals:
-        return self.shell.signals
-
-    @property
-    def state(self) -> ExporterState:
-        return self.shell.state
-
-    @property
-    def failures(self) -> FailureTally:
-        return self.shell.failures
 
     # ------------------------------------------------------------------ life
 

@@ -273,3 +273,30 @@ def start_uploads(parts: Parts, state: ExporterState, clean_staging: bool = True
     uploader.on_change = state.update_upload
     state.update_upload(uploader.status())  # the backlog on disk, before any try
     parts.uploads.start(clean_staging)
+
+
+class HoldsShell:
+    """A daemon that holds a `Shell`: the shell's parts by the names the CLI and the tests
+    know (the single daemon and the fleet alike)."""
+
+    shell: Shell
+
+    @property
+    def parts(self) -> Parts:
+        return self.shell.parts
+
+    @property
+    def config(self) -> Config:
+        return self.shell.config
+
+    @property
+    def signals(self) -> Signals:
+        return self.shell.signals
+
+    @property
+    def state(self) -> ExporterState:
+        return self.shell.state
+
+    @property
+    def failures(self) -> FailureTally:
+        return self.shell.failures
