@@ -81,7 +81,10 @@ def test_no_reference_needs_shared() -> None:
 def test_named_documents_exist() -> None:
     """`docs/NAME` paths, bare names of the copied documents and relative Markdown links all
     lead to a file of the repository."""
-    missing = [hit for hit in mentions(r"\bdocs/[\w./-]*\w") if not (ROOT / hit[1]).exists()]
+    # not a path inside a URL (https://github.com/o/r/blob/SHA/docs/x.md names another repo)
+    missing = [
+        hit for hit in mentions(r"(?<![\w/.-])docs/[\w./-]*\w") if not (ROOT / hit[1]).exists()
+    ]
     bare = rf"(?<![\w/.-])(?:{'|'.join(re.escape(n) for n in VERBATIM)})"
     missing += [hit for hit in mentions(bare) if not (DOCS / hit[1]).is_file()]
     for relative, text in repository_texts():
