@@ -17,6 +17,8 @@ from pathlib import Path
 
 from sidecar.errors import ConfigError, InputError
 from sidecar.parsers.lines import clean_lines
+from sidecar.parsers.perf import HEADER as _PERF_HEADER
+from sidecar.parsers.perf import parse_perf_hierarchy
 from sidecar.parsers.pyspy_json import parse_pyspy_json
 from sidecar.parsers.pyspy_text import parse_pyspy_dump, parse_raw
 from sidecar.parsers.python_dumps import parse_faulthandler, parse_pytest_timeout, parse_traceback
@@ -27,6 +29,7 @@ __all__ = [
     "detect_format",
     "parse_faulthandler",
     "parse_file",
+    "parse_perf_hierarchy",
     "parse_pyspy_dump",
     "parse_pyspy_json",
     "parse_pytest_timeout",
@@ -45,6 +48,7 @@ class InputFormat(StrEnum):
     FAULTHANDLER = "faulthandler"
     TRACEBACK = "traceback"
     PYTEST_TIMEOUT = "pytest_timeout"
+    PERF_HIERARCHY = "perf_hierarchy"
 
 
 PARSERS: dict[InputFormat, Callable[[str, str | None], ParseResult]] = {
@@ -54,6 +58,7 @@ PARSERS: dict[InputFormat, Callable[[str, str | None], ParseResult]] = {
     InputFormat.FAULTHANDLER: parse_faulthandler,
     InputFormat.TRACEBACK: parse_traceback,
     InputFormat.PYTEST_TIMEOUT: parse_pytest_timeout,
+    InputFormat.PERF_HIERARCHY: parse_perf_hierarchy,
 }
 
 # "[{" or "[]" opens py-spy's JSON; a log line such as "[W102 12:00:00 ProcessGroupNCCL.cpp]"
@@ -65,7 +70,9 @@ _PYTEST_STACK = re.compile(r"~+ Stack of .* \(\d+\) ~+")
 # Frame lines of a Python dump pasted without its header: faulthandler writes `line N in F`,
 # a traceback `line N, in F` (CPython Python/traceback.c and Lib/traceback.py).
 _FH_FRAME = re.compile(r'File "[^"]*", line (?:\d+|\?\?\?) in \S.*')
-_TB_FRAME = re.compile(r'File "[^"]*", line \d+, in \S.*')
+_TB_FRAME = re.compile(r'(?:\((?:Python|C)\) )?File "[^"]*", line \d+, in \S.*')
+# A traceback's header, pystack's `Traceback for thread TID (NAME) [...]` form too.
+_TB_HEADER = re.compile(r"Traceback (?:for thread \d+ .*)?\(most recent call last\):$")
 
 
 def detect_format(text: str) -> InputFormat:
@@ -80,12 +87,14 @@ def detect_format(text: str) -> InputFormat:
         return InputFormat.PYTEST_TIMEOUT
     if any(line.endswith("(most recent call first):") for line in body):
         return InputFormat.FAULTHANDLER
-    if any(line.endswith("Traceback (most recent call last):") for line in body):
+    if any(_TB_HEADER.search(line) for line in body):
         return InputFormat.TRACEBACK
     # Headerless fragments: whichever Python frame shape the lines hold (the readers warn).
     fh, tb = (sum(bool(p.fullmatch(line)) for line in body) for p in (_FH_FRAME, _TB_FRAME))
     if fh or tb:
         return InputFormat.FAULTHANDLER if fh >= tb else InputFormat.TRACEBACK
+    if body and _PERF_HEADER.fullmatch(body[0]):
+        return InputFormat.PERF_HIERARCHY
     return InputFormat.PYSPY_DUMP
 
 

@@ -9,36 +9,67 @@ that interleaved output of several workers is read as one stream per worker.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from sidecar.records import Frame, ParseResult, StackSample
 
 MAX_LISTED_WARNINGS = 10
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# Terminal colours; where the paste lost the ESC byte it shows U+FFFD, or nothing at all
+# (`[36m(WorkerDict pid=1)[0m` in https://github.com/ray-project/ray/issues/50418).
+# A terminal's caret notation of ESC (`^[[1;36m`, as `less` or `cat -v` shows it) is one more.
+_ANSI = re.compile(r"(?:\x1b|\ufffd|\^\[)\[[0-9;?]*[A-Za-z]")
+_CARET_CR = re.compile(r"\^M$")  # a carriage return in caret notation, at the end of a line
+_BARE_ANSI = re.compile(r"\[[0-9;]*m")  # only where a prefix may stand
 _QUOTE = re.compile(r"[ \t]*(?:>[ \t]?)+")  # markdown quotes, nested ("> > ") or not (">> ")
 # vLLM's `_add_prefix` (vllm/utils): "(VllmWorker TP0 pid=9) "; Ray adds ", ip=...".
 _PID_TAG = re.compile(r"\((?P<name>[^()]*?)\s*pid=(?P<pid>\d+)(?:,\s*ip=[^()]*)?\)\s?")
 # Newer vLLM simplifies the tag to "(Worker (TP1)) " or "(Engine) ", without a pid.
 _NAME_TAG = re.compile(r"\((?P<name>[A-Z][\w.:-]*(?: \([\w.:-]+\))?)\) ")
 _RANK_TAG = re.compile(r"\[rank(?P<rank>\d+)\]:\s?")  # torchrun / torch.distributed
-_NOISE = (
+_LEVEL = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)"
+_ISO = r"\d{4}[-/]\d{2}[-/]\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2}| UTC)?"
+_TIMESTAMPS = (
     # ISO timestamps (docker/k8s logs, python logging), with an optional level after them.
-    re.compile(
-        r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?"
-        r"(?:\s*-?\s*(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\b\s*-?)?\s"
-    ),
-    # vLLM's logger: "INFO 01-02 03:04:05 [core.py:12] " (vllm/logger.py, _FORMAT/_DATE_FORMAT).
-    re.compile(
-        r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d{2}-\d{2}\s+\d{2}:\d{2}:\d{2}(?:\.\d+)?"
-        r"(?:\s+\[[^\]]*\])?\s?"
-    ),
+    re.compile(rf"{_ISO}(?:\s*-?\s*{_LEVEL}\b\s*-?)?\s"),
+    # Bracketed, as CI runners and log shippers stamp every line: "[2025-05-20T10:47:04Z] ",
+    # "[10:47:04.123] ".
+    re.compile(rf"\[(?:{_ISO}|\d{{2}}:\d{{2}}:\d{{2}}(?:[.,]\d+)?)\]\s?"),
+    # glog, as Ray's and PyTorch's C++ parts write it: "I0520 10:47:04.123456 12345 x.cc:12] ".
+    re.compile(r"[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d+\s+\d+ [\w.-]+:\d+\] "),
     re.compile(r"[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \S+ [^\s:]+: "),  # journald
-    re.compile(r"[\w.-]+[-_]\d+\s+\|\s?"),  # docker compose: "vllm-1  | "
 )
-_PREFIXES = (_PID_TAG, _NAME_TAG, _RANK_TAG, *_NOISE)
+_LOG_HEADERS = (
+    # vLLM's logger: "INFO 01-02 03:04:05 [core.py:12] " (vllm/logger.py, _FORMAT/_DATE_FORMAT);
+    # before 2025 without the brackets: "ERROR 01-29 20:00:47 multiproc_worker_utils.py:240] ".
+    # The module that logged the line is kept (`logger`): it can name the process.
+    re.compile(
+        rf"{_LEVEL}\s+\d{{2}}-\d{{2}}\s+\d{{2}}:\d{{2}}:\d{{2}}(?:\.\d+)?"
+        r"(?:\s+\[(?P<logger>[\w.-]+?)(?::\d+)?\]|\s+(?P<logger_>[\w.-]+):\d+\])?\s?"
+    ),
+    re.compile(r"[\w.-]+[-_]\d+\s+\|\s?"),  # docker compose: "vllm-1  | "
+    re.compile(r"[\w.-]+ +\| "),  # docker compose, the service named alone: "vllm-sm120  | "
+    re.compile(r"\s*\|\s+"),  # a column bar before the line (Buildkite's log view: "  | ")
+    # Application loggers: "- runners.py[line:118] - ERROR: " after the timestamp.
+    re.compile(rf"-\s+[\w.-]+\[line:\d+\]\s+-\s+{_LEVEL}:?\s"),
+)
+_PREFIXES = (
+    ("process tag", _PID_TAG),
+    ("process tag", _NAME_TAG),
+    ("rank tag", _RANK_TAG),
+    *(("timestamp", p) for p in _TIMESTAMPS),
+    *(("log header", p) for p in _LOG_HEADERS),
+    ("colour code", _BARE_ANSI),
+)
+# Ray's log deduplication appends this to the line it folded (LogDeduplicator,
+# ray/_private/ray_logging/__init__.py).
+_RAY_REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+# A paste whose newlines were lost: every log line's `(Name pid=N) ` tag mid-line
+# (https://github.com/vllm-project/vllm/issues/4650). A tag only counts as a line start there.
+_MID_TAG = re.compile(r"(?<=\S) (?=\([^()]*?pid=\d+(?:,\s*ip=[^()]*)?\) )")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +81,10 @@ class Line:
     pid: int | None = None
     process: str | None = None
     rank: int | None = None
+    removed: tuple[str, ...] = ()  # the kinds of prefix read past ("timestamp", ...)
+    logger: str | None = None  # the file vLLM's log header names ("core.py")
+    joined: bool = False  # split off a line that held several log lines
+    wrapped: bool = False  # the rest of it was on the next line (a paste wrapped it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,18 +94,23 @@ class Stream:
     lines: tuple[Line, ...]
     pid: int | None = None
     process: str | None = None
+    logger: str | None = None  # the module that logged most of its lines, if vLLM's logger did
 
 
-def clean_line(number: int, raw: str) -> Line:
-    text = _ANSI.sub("", raw).rstrip()
+def clean_line(number: int, raw: str, *, joined: bool = False) -> Line:
+    text = _RAY_REPEATED.sub("", _CARET_CR.sub("", _ANSI.sub("", raw).rstrip()))
     tag: dict[str, str] = {}
+    removed: list[str] = []
     for _ in range(8):  # prefixes stack up ("(Worker pid=1) INFO ... [x.py:1] "); a few suffice
         before = text
         if quote := _QUOTE.match(text):
             text = text[quote.end() :]
-        if m := _match_prefix(text):
+            removed.append("quote mark")
+        if found := _match_prefix(text):
+            kind, m = found
             tag.update({key: value for key, value in m.groupdict().items() if value})
             text = text[m.end() :]
+            removed.append(kind)
         if text == before:
             break
     pid, rank = tag.get("pid"), tag.get("rank")
@@ -80,20 +120,99 @@ def clean_line(number: int, raw: str) -> Line:
         pid=int(pid) if pid else None,
         process=tag.get("name"),
         rank=int(rank) if rank else None,
+        removed=tuple(dict.fromkeys(removed)),
+        logger=tag.get("logger") or tag.get("logger_"),
+        joined=joined,
     )
 
 
-def _match_prefix(text: str) -> re.Match[str] | None:
-    for pattern in _PREFIXES:
+def _match_prefix(text: str) -> tuple[str, re.Match[str]] | None:
+    for kind, pattern in _PREFIXES:
         if m := pattern.match(text):
-            return m
+            return kind, m
     return None
 
 
 def clean_lines(text: str) -> list[Line]:
     # split on "\n" only: str.splitlines() also splits on \x0b, \x1c, U+2028 ... and would
     # shift the line numbers that warnings report.
-    return [clean_line(i, raw) for i, raw in enumerate(text.split("\n"), start=1)]
+    lines: list[Line] = []
+    for number, raw in enumerate(text.split("\n"), start=1):
+        parts = _split_joined(_ANSI.sub("", raw))
+        for part in parts:
+            line = clean_line(number, part, joined=len(parts) > 1)
+            if lines and _continues(lines[-1], line):
+                line = replace(lines[-1], text=lines[-1].text + line.text, wrapped=True)
+                lines[-1] = line
+            else:
+                lines.append(line)
+    return lines
+
+
+def _continues(previous: Line, line: Line) -> bool:
+    """A line that a narrow paste wrapped: the previous line carries a process tag and stops
+    inside a quoted path (`File "/usr/lib/vll`), and this one has no prefix of its own and
+    goes on with the rest of it (`m/v1/worker/x.py", line 3, in f`)."""
+    return (
+        previous.pid is not None
+        and not line.removed
+        and previous.text.count('"') % 2 == 1
+        and bool(line.text)
+        and not line.text[0].isspace()
+        and '"' in line.text
+    )
+
+
+def _split_joined(raw: str) -> list[str]:
+    """A line that holds `(Name pid=N)` tags inside it (one at its start and one more, or two
+    when the paste cut the first) is several log lines whose newlines the paste lost: split
+    before each tag."""
+    inside = len(_MID_TAG.findall(raw))
+    if inside >= 2 or (inside and _PID_TAG.match(raw.lstrip("> \t"))):
+        return _MID_TAG.split(raw)
+    return [raw]
+
+
+def pasted_notes(lines: list[Line]) -> list[str]:
+    """What was read past before parsing, one warning per kind (issue: pasted text never
+    loses anything silently): prefixes, Ray's fold marks, flattened lines."""
+    notes = []
+    kinds: dict[str, list[int]] = {}
+    for line in lines:
+        for kind in line.removed:
+            kinds.setdefault(kind, []).append(line.number)
+    for kind, numbers in kinds.items():
+        if kind in _SILENT_PREFIXES:
+            continue
+        first = numbers[0]
+        notes.append(
+            f"read past a {kind} at the start of {len(set(numbers))} lines (first: line {first});"
+            " it is not part of a frame"
+        )
+    wrapped = sorted({line.number for line in lines if line.wrapped})
+    if wrapped:
+        notes.append(
+            f"lines {_ranges(wrapped)} were cut inside a path and went on on the next line "
+            "(a wrapped paste): read as one line each"
+        )
+    joined = sorted({line.number for line in lines if line.joined})
+    if joined:
+        notes.append(
+            f"lines {_ranges(joined)} each held several log lines (a paste that lost its "
+            "newlines): split before each `(Name pid=N)` tag"
+        )
+    return notes
+
+
+# Markdown quotes are how pastes always look, and a process tag is kept as the stack's process
+# (and groups its lines, which a note says where several interleave): nothing is lost there.
+# What is dropped for good (a rank, a timestamp, a log header) is worth a line.
+_SILENT_PREFIXES = frozenset({"quote mark", "process tag"})
+
+
+def _ranges(numbers: list[int]) -> str:
+    shown_ = [str(n) for n in numbers[:5]]
+    return ", ".join(shown_) + (f" and {len(numbers) - 5} more" if len(numbers) > 5 else "")
 
 
 def split_streams(lines: list[Line]) -> list[Stream]:
@@ -101,7 +220,15 @@ def split_streams(lines: list[Line]) -> list[Stream]:
     groups: dict[tuple[int | None, str | None, int | None], list[Line]] = {}
     for line in lines:
         groups.setdefault((line.pid, line.process, line.rank), []).append(line)
-    return [Stream(tuple(group), pid, process) for (pid, process, _), group in groups.items()]
+    return [
+        Stream(tuple(group), pid, process, _main_logger(group))
+        for (pid, process, _), group in groups.items()
+    ]
+
+
+def _main_logger(lines: list[Line]) -> str | None:
+    counts = Counter(line.logger for line in lines if line.logger)
+    return counts.most_common(1)[0][0] if counts else None
 
 
 def streams_of(text: str) -> list[Stream]:
@@ -137,6 +264,7 @@ class StackBuilder:
     process: str | None = None
     idle: bool | None = None
     frames: list[Frame] = field(default_factory=list)
+    logger: str | None = None
 
     def build(
         self, source: str | None, *, root_first: bool = False, weight: int = 1
@@ -151,6 +279,7 @@ class StackBuilder:
             process=self.process,
             idle=self.idle,
             source=source,
+            logger=self.logger,
         )
 
 
@@ -195,8 +324,20 @@ def parse_streams(
 ) -> ParseResult:
     """Split `text` into streams (one per log prefix), read each, and gather the stacks."""
     log = WarningLog()
+    lines = clean_lines(text)
+    for note in pasted_notes(lines):
+        log.note(note)
+    streams = split_streams(lines)
+    tagged = [s for s in streams if s.pid is not None or s.process is not None]
+    if len(tagged) > 1:
+        names = ", ".join(f"{s.process or '?'} pid={s.pid or '?'}" for s in tagged[:4])
+        more = f" and {len(tagged) - 4} more" if len(tagged) > 4 else ""
+        log.note(
+            f"the lines of {len(tagged)} processes ({names}{more}) were read as one stream each,"
+            " by their tags"
+        )
     stacks: list[StackSample] = []
-    for stream in streams_of(text):
+    for stream in streams:
         current = reader(stream, log, source)
         for line in stream.lines:
             current.feed(line)

@@ -35,16 +35,27 @@ from sidecar.parsers.lines import (
 from sidecar.records import Frame, ParseResult, StackSample
 
 _TID = r"\d+|0[xX][0-9a-fA-F]+"
-# Reporters often redact the id: `Thread <pid> (active): "MainThread"` (vllm-project/vllm#42897).
-_DUMP_TID = rf"{_TID}|<\w+>"
-_PROCESS = re.compile(r"Process (?P<pid>\d+):(?: (?P<cmd>.*))?")
+# Reporters often redact the id: `Thread <pid> (active): "MainThread"` (vllm-project/vllm#42897),
+# `Thread X (active)`, or drop it: `Thread (idle) "MainThread"`; a name may be cut at the end of
+# a paste (`"ThreadPoo`). Anything that is not a number is kept as written, with a warning.
+_DUMP_TID = r"[^\s():\"]+"
+# A redacted pid (`Process <PID>: VLLM::EngineCore`) keeps the title, which names the role.
+_PROCESS = re.compile(r"Process (?:(?P<pid>\d+)|<\w+>|[A-Za-z]+):(?: (?P<cmd>.*))?")
+_STATUS = r"idle|active|active\+gil|gil"
 _THREAD = re.compile(
-    rf"Thread (?P<tid>{_DUMP_TID})"
-    r'(?: \((?P<status>idle|active|active\+gil|gil)\))?(?:: "(?P<name>.*)")?'
+    rf"Thread(?: (?P<tid>{_DUMP_TID}))?"
+    rf'(?: \((?P<status>{_STATUS})\))?(?::? "(?P<name>.*?)"?)?:?'
 )
+# The thread first, then its activity: `MainThread (active, 100% CPU):`, `"pool-1" (idle):`, as
+# some tools and reporters reshape a dump (https://github.com/vllm-project/vllm/issues/53960).
+_NAMED_THREAD = re.compile(rf'"?(?P<name>[^"()]+?)"? \((?P<status>{_STATUS})(?:,[^()]*)?\):')
+_ELISION = re.compile(r"\.{3}|…|\[\.{3}\]|<\.{3}>|\.\.\. ?\(?\d+ (?:more )?frames?.*")
 _IDLE = {"idle": True, "active": False, "active+gil": False}  # "gil" alone: activity not shown
 _IGNORED = re.compile(r"Python v\d|Parent Process \d+:|Signal \d+: |-{10,}$")
 _FRAME = re.compile(r"(?P<fn>.+) \((?P<loc>[^()]*)\)")  # greedy: the last "(...)" is the location
+# A frame followed by its arguments on the same line: `get (queue.py:171)   block=True`.
+# Or a reporter's note: `from_ipc_handle   (torch/cuda/streams.py:197)   <-- BLOCKS FOREVER`.
+_FRAME_ARGS = re.compile(r"(?P<frame>\S+\s+\([^()]*:\d+\))\s{2,}\S.*")
 # "fn (vllm/v1/eng" at the end of a paste; the cut location still tells a native library
 _CUT_FRAME = re.compile(r"(?P<fn>[^()]+?) \((?P<loc>[^()]*)")
 _LOCAL = re.compile(r" {8,}\S| *[A-Za-z_]\w*: ")  # indented 8+, or "name: repr" when flattened
@@ -88,11 +99,19 @@ class _DumpReader:
                 self.close()
         elif m := _PROCESS.fullmatch(text):
             self.close()
-            self._pid, self._process = int(m["pid"]), m["cmd"] or None
-        elif m := _THREAD.fullmatch(text):
+            self._pid = int(m["pid"]) if m["pid"] else None
+            self._process = m["cmd"].strip() if m["cmd"] else None
+        elif m := _THREAD.fullmatch(text) or _NAMED_THREAD.fullmatch(text):
             self.close()
+            tid = m.groupdict().get("tid")
+            if tid is None:
+                self._log.line(line.number, "thread header without an id: stack kept without one")
+            elif not re.fullmatch(_TID, tid):
+                self._log.line(line.number, f"thread id {tid!r} is not a number (redacted?): kept")
             idle = _IDLE.get(m["status"] or "")
-            self._open = StackBuilder(m["tid"], m["name"], self._pid, self._process, idle)
+            self._open = StackBuilder(tid, m["name"], self._pid, self._process, idle)
+        elif _ELISION.fullmatch(text):
+            self._log.line(line.number, "frames elided in the paste (`...`): read without them")
         elif text in ("Arguments:", "Locals:"):
             self._in_locals = True
         elif not _IGNORED.match(text):
@@ -100,6 +119,9 @@ class _DumpReader:
 
     def _add_frame(self, number: int, text: str) -> None:
         frame = parse_frame(text)
+        if frame is None and (with_args := _FRAME_ARGS.fullmatch(text)):
+            frame = parse_frame(with_args["frame"])
+            self._log.line(number, f"text after the frame skipped: {shown(text)}")
         if frame is None and (cut := _CUT_FRAME.fullmatch(text)):
             frame = _cut_frame(cut)
             kept = f"its function and library {frame.file}" if frame.native else "its function only"

@@ -9,6 +9,9 @@
 - tracebacks (Lib/traceback.py): `Traceback (most recent call last):` then
   `  File "PATH", line N, in FUNC` and the source line, root first; chained exceptions each
   bring their own header, exception groups prefix theirs with `| `.
+- pystack (bloomberg/pystack, `pystack remote PID`): `Traceback for thread TID (NAME) [...]
+  (most recent call last):`, then `    (Python) File "PATH", line N, in FUNC` (`(C)` for native
+  frames with --native), root first, as a traceback.
 - pytest-timeout, pytest_timeout.py (`dump_stacks`, `timeout_timer`, `timeout_sigalrm`): banners
   `+++ Timeout +++`, one `~~~ Stack of NAME (IDENT) ~~~` section per thread (`<unknown>` as NAME
   when the thread is not in `threading.enumerate()`) holding `traceback.format_stack` lines,
@@ -28,11 +31,12 @@ from sidecar.parsers.lines import (
     parse_streams,
     shown,
 )
-from sidecar.records import ParseResult, StackSample
+from sidecar.records import Frame, ParseResult, StackSample
 
 # One pattern for both: faulthandler writes "line N in F", tracebacks "line N, in F".
 _FILE_LINE = re.compile(
-    r'[\s|]*File (?:"(?P<file>.*)"|\?\?\?), line (?P<line>\d+|\?\?\?),? in (?P<fn>.+)'
+    r"[\s|]*(?:\((?:Python|C)\) )?"  # pystack marks each frame "(Python)" or "(C)"
+    r'File (?:"(?P<file>.*)"|\?\?\?), line (?P<line>\d+|\?\?\?),? in (?P<fn>.+)'
 )
 _CUT_FILE = re.compile(r'[\s|]*File "[^"]*"?')  # a `File "...` line cut before "in FUNC"
 _FRAGMENT = re.compile(r'(?:[^"]*")?, line (?P<line>\d+|\?\?\?),? in (?P<fn>\S+)')  # its tail
@@ -44,7 +48,15 @@ _FH_HEADER = re.compile(
 _FH_STACK = re.compile(r"Stack \(most recent call first\):?")
 # "<no Python frame>", "...", C stack lines: nothing to read, nothing to warn about.
 _FH_SKIPPED = re.compile(r"Binary file |<|\.\.\.$|Garbage-collecting$")
-_TB_HEADER = re.compile(r"(?:.*\s)?Traceback \(most recent call last\):")
+_TB_HEADER = re.compile(
+    r"(?:.*\s)?Traceback (?:for thread (?P<tid>\d+)(?: \((?P<name>[^()]*)\))?(?: \[[^\]]*\])? )?"
+    r"\(most recent call last\):"
+)
+# CPython's two chain messages (Lib/traceback.py, _cause_message / _context_message).
+_TB_CHAIN = re.compile(
+    r"The above exception was the direct cause of the following exception:"
+    r"|During handling of the above exception, another exception occurred:"
+)
 _PT_SECTION = re.compile(r"~+ (?P<title>.*?) ~+")
 _PT_STACK = re.compile(r"Stack of (?P<name>.*) \((?P<tid>\d+)\)")
 _PT_BANNER = re.compile(r"\++ Timeout \++")
@@ -63,7 +75,9 @@ class _Reader:
 
     def start(self, thread_id: str | None = None, name: str | None = None) -> None:
         self.close()
-        self.open = StackBuilder(thread_id, name, self.stream.pid, self.stream.process)
+        self.open = StackBuilder(
+            thread_id, name, self.stream.pid, self.stream.process, logger=self.stream.logger
+        )
 
     def close(self) -> None:
         if self.open is not None and (self.open.frames or self.open.thread_id is not None):
@@ -117,15 +131,45 @@ class _FaulthandlerReader(_Reader):
 
 
 class _TracebackReader(_Reader):
+    """Tracebacks, a chain of them read as one sample (docs/PHASES.md rule 11): the frames of
+    the first (which holds the call that failed or blocked) innermost, then each later one's,
+    so that the first decides the phase and the last's outermost frames the role."""
+
     root_first = True
     header = "`Traceback (most recent call last):` line"
 
+    def __init__(self, stream: Stream, log: WarningLog, source: str | None) -> None:
+        super().__init__(stream, log, source)
+        self.chained = False  # a chain message was seen since the last traceback began
+        self.earlier: list[Frame] = []  # the chain so far, in input order (root first)
+
     def feed(self, line: Line) -> None:
         text = line.text.strip()
-        if _TB_HEADER.fullmatch(text):
-            self.start()
+        if m := _TB_HEADER.fullmatch(text):
+            if self.chained and self.open is not None and self.open.frames:
+                self.earlier = self.open.frames + self.earlier
+                self.open = StackBuilder(
+                    m["tid"], m["name"], self.stream.pid, self.stream.process,
+                    logger=self.stream.logger,
+                )  # fmt: skip
+                self.log.line(
+                    line.number,
+                    "chained traceback read as one sample with the one before it (PHASES.md "
+                    "rule 11: the first decides the phase, the last the role)",
+                )
+            else:
+                self.start(m["tid"], m["name"])
+            self.chained = False
+        elif _TB_CHAIN.fullmatch(text):
+            self.chained = True
         else:  # source lines, carets, the exception line: not frames, and expected
             self.frame_line(line, text)
+
+    def close(self) -> None:
+        if self.open is not None and self.earlier:
+            self.open.frames = self.open.frames + self.earlier
+        self.earlier = []
+        super().close()
 
 
 class _PytestTimeoutReader(_Reader):

@@ -84,6 +84,9 @@ class StackSample:
     process: str | None = None  # the process's command line or title, when the input names it
     idle: bool | None = None  # py-spy's own (idle)/(active) flag; informative (docs/PHASES.md 2)
     source: str | None = None
+    # The module whose log lines carried a pasted stack (vLLM's `[core.py:517]` header): the
+    # process that logged it, when nothing else names one (sidecar/classify/roles.py).
+    logger: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
