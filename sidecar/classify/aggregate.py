@@ -39,26 +39,36 @@ def label_stacks(
     stacks: Iterable[StackSample],
     roles_by_pid: Mapping[int, Role] | None = None,
 ) -> tuple[LabelledStack, ...]:
-    """Classify each stack, then give every thread of a process the process's role."""
+    """Classify each stack, then give every thread of a process the process's role.
+
+    A process is its pid; a pasted dump that names none (no `Process PID:` line, no
+    `(Name pid=N)` tag) is one process per source and process name, as one `py-spy dump` or
+    faulthandler dump is one process's threads."""
     labelled = [LabelledStack(s, classifier.classify(s)) for s in stacks]
-    roles = dict(roles_by_pid or {})
-    for pid, role in _roles_from_stacks(labelled).items():
-        if roles.get(pid, Role.OTHER) is Role.OTHER:
-            roles[pid] = role
+    roles: dict[ProcessKey, Role] = {pid: role for pid, role in (roles_by_pid or {}).items()}
+    for key, role in _roles_from_stacks(labelled).items():
+        if roles.get(key, Role.OTHER) is Role.OTHER:
+            roles[key] = role
     return tuple(
-        LabelledStack(ls.stack, replace(ls.label, role=roles[ls.stack.pid]))
-        if ls.stack.pid in roles
+        LabelledStack(ls.stack, replace(ls.label, role=roles[_process_key(ls.stack)]))
+        if _process_key(ls.stack) in roles
         else ls
         for ls in labelled
     )
 
 
-def _roles_from_stacks(labelled: Iterable[LabelledStack]) -> dict[int, Role]:
-    seen: dict[int, set[Role]] = defaultdict(set)
+ProcessKey = int | tuple[str | None, str | None]
+
+
+def _process_key(stack: StackSample) -> ProcessKey:
+    return stack.pid if stack.pid is not None else (stack.source, stack.process)
+
+
+def _roles_from_stacks(labelled: Iterable[LabelledStack]) -> dict[ProcessKey, Role]:
+    seen: dict[ProcessKey, set[Role]] = defaultdict(set)
     for ls in labelled:
-        if ls.stack.pid is not None:
-            seen[ls.stack.pid].add(ls.label.role)
-    return {pid: next(r for r in ROLE_ORDER if r in found) for pid, found in seen.items()}
+        seen[_process_key(ls.stack)].add(ls.label.role)
+    return {key: next(r for r in ROLE_ORDER if r in found) for key, found in seen.items()}
 
 
 def summarize(labelled: Iterable[LabelledStack], top_other: int = 5) -> PhaseSummary:

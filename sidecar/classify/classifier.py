@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from sidecar.classify.roles import title_role
+from sidecar.classify.roles import LOGGER_ROLES, title_role
 from sidecar.classify.rules import FrameSpec, Rule, RuleKind, RuleSet
 from sidecar.records import Frame, Label, Phase, Role, StackSample, Stage
 
@@ -26,21 +26,30 @@ class Classifier:
     """Classifies stacks with one rule set; the cache is keyed by (frames, process title)."""
 
     rules: RuleSet
-    _cache: dict[tuple[tuple[Frame, ...], str | None], Label] = field(default_factory=dict)
+    _cache: dict[tuple[tuple[Frame, ...], str | None, str | None], Label] = field(
+        default_factory=dict
+    )
 
     def classify(self, stack: StackSample, title: str | None = None) -> Label:
-        key = (stack.frames, title if title is not None else stack.process)
+        key = (stack.frames, title if title is not None else stack.process, stack.logger)
         label = self._cache.get(key)
         if label is None:
             if len(self._cache) >= _CACHE_LIMIT:
                 self._cache.clear()  # bounded memory: distinct stacks only, never run time
-            label = classify_frames(self.rules, stack.frames, key[1])
+            hint = LOGGER_ROLES.get(stack.logger) if stack.logger else None
+            label = classify_frames(self.rules, stack.frames, key[1], hint)
             self._cache[key] = label
         return label
 
 
-def classify_frames(rules: RuleSet, frames: Sequence[Frame], title: str | None = None) -> Label:
+def classify_frames(
+    rules: RuleSet, frames: Sequence[Frame], title: str | None = None, hint: Role | None = None
+) -> Label:
+    """`hint`: a role named by weaker evidence (the module that logged a pasted traceback),
+    taken only where neither the title nor a stack marker names one."""
     role = role_of(rules, frames, title)
+    if role is Role.OTHER and hint is not None:
+        role = hint
     own = own_frames(rules, frames)
     walk = _Walk(rules, own)
     decided = walk.anywhere() or walk.innermost()

@@ -40,6 +40,11 @@ ROLE_PATTERNS: tuple[tuple[re.Pattern[str], Role], ...] = tuple(
         (_PY + r"-m\s+vllm\.entrypoints\.cli\.main\s+serve(?:\s|$)", Role.API_SERVER),
         # The `vllm` console script, run directly or by its interpreter (a shebang line).
         ("^(?:" + _INTERPRETER + r")?(?:\S*/)?vllm\s+serve(?:\s|$)", Role.API_SERVER),
+        # Ray executors: vLLM's workers are Ray actors titled `ray::CLASS.METHOD` while they run
+        # a method (`ray::RayWorkerWrapper.execute_method`; RayWorkerWrapper in
+        # vllm/executor/ray_utils.py, RayWorkerProc of the V1 RayExecutorV2 in
+        # https://github.com/vllm-project/vllm/issues/50835).
+        (r"^ray::(?:RayWorkerWrapper|RayWorkerProc)(?:\.\S+)?$", Role.WORKER),
         (_PREFIX + r"DPCoordinator$", Role.OTHER),
         # Titles vLLM may add later; only under the default prefix, as `name::` is common.
         (r"^VLLM::\S", Role.OTHER),
@@ -57,12 +62,32 @@ LOG_TAG_PATTERNS: tuple[tuple[re.Pattern[str], Role], ...] = tuple(
         # `Worker_TP0`, `Worker_PP1_TP3`, or `Worker (TP1)` as some releases print it; and the
         # worker's title of vLLM 0.10 without its prefix, as in ROLE_PATTERNS.
         (r"VllmWorker(?:Process|[- ]\S+)?|Worker(?:_\w+| \(\w+\))?", Role.WORKER),
+        # Ray prefixes an actor's output with its class: `(RayWorkerWrapper pid=336) `.
+        (r"RayWorkerWrapper|RayWorkerProc", Role.WORKER),
         (r"(?:DP)?EngineCore\w*_TP\d+", Role.WORKER),
         # V1-0.8 `EngineCore_0`; then `EngineCore`, `EngineCore_DP1`, V1-0.10 `DPEngineCore_1`.
         (r"(?:DP)?EngineCore(?:_\w+)?", Role.ENGINE_CORE),
         (r"A(?:PI|pi)Server(?:_\d+)?", Role.API_SERVER),  # `APIServer`; mp name `ApiServer_1`
     )
 )
+
+
+# The module named in vLLM's log header of a pasted traceback (`ERROR ... [core.py:517]`), where
+# only one process logs from it: the EngineCore's fatal-error handler (vllm/v1/engine/core.py,
+# "EngineCore encountered a fatal error": vllm-project/vllm#19703), the V0 MQ engine's
+# (vllm/engine/multiprocessing/engine.py: #11173), the V0 AsyncLLMEngine's loop
+# (vllm/engine/async_llm_engine.py: #9839), a V0 worker's method error
+# (vllm/worker/worker_base.py execute_method, vllm/executor/multiproc_worker_utils.py
+# _run_worker_process: #4650, #12625). Weaker than a title or a stack marker: it decides only
+# where neither names a role. multiproc_executor.py logs from the EngineCore and the workers
+# alike, so it names none.
+LOGGER_ROLES: dict[str, Role] = {
+    "core.py": Role.ENGINE_CORE,
+    "engine.py": Role.ENGINE_CORE,
+    "async_llm_engine.py": Role.ENGINE_CORE,
+    "worker_base.py": Role.WORKER,
+    "multiproc_worker_utils.py": Role.WORKER,
+}
 
 
 def first_role(table: tuple[tuple[re.Pattern[str], Role], ...], text: str) -> Role | None:

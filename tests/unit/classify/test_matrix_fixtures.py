@@ -209,7 +209,7 @@ def test_the_record_classifies_into_the_three_roles(cell: Path) -> None:
 
 def evidence_files() -> list[tuple[str, Path]]:
     """(source tag, file) of every real stack this project holds: the matrix (cpu-X.Y of its
-    folder), the 0.32.0 recordings, the public dumps, the public fragments."""
+    folder), the 0.32.0 recordings, the public dumps, the public fragments, the public corpus."""
     out: list[tuple[str, Path]] = []
     for path in sorted(MATRIX.glob("*/*/*.txt")):
         release = path.parent.parent.name
@@ -220,6 +220,7 @@ def evidence_files() -> list[tuple[str, Path]]:
             out.append(("cpu-0.32", path))
     out += [("public", p) for p in sorted((FIXTURES / "public").glob("public_*.txt"))]
     out += [("fragment", p) for p in sorted((FIXTURES / "fragments").glob("*.txt"))]
+    out += [("corpus", p) for p in sorted((FIXTURES / "public" / "corpus").glob("*.txt"))]
     return out
 
 
