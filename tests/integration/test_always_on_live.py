@@ -189,7 +189,10 @@ def test_a_frozen_engine_core_raises_the_stall_with_an_incident_and_sigcont_clea
     assert frame in dumps[f"dump-{core}-engine_core.txt"]  # the dump shows where it stopped
     summary = json.loads((incident / "summary.json").read_text())
     assert summary["kind"] == "incident" and summary["cause"]["kind"] == "stall"
-    assert "progressing again" in log
+    # The gauge leaves `stalled` as soon as a check sees no stall (a long step included); the
+    # stall is declared cleared once progress resumes or the server idles, which on 2 loaded
+    # cores can be a check or two later (a fresh clone's run saw the gauge first).
+    d.until(lambda: "progressing again" in d.log.read_text(), 30)
     assert d.gauge("stall_incidents_total") == 1.0
 
 
