@@ -53,6 +53,9 @@ _LOG_HEADERS = (
     re.compile(r"[\w.-]+[-_]\d+\s+\|\s?"),  # docker compose: "vllm-1  | "
     re.compile(r"[\w.-]+ +\| "),  # docker compose, the service named alone: "vllm-sm120  | "
     re.compile(r"\s*\|\s+"),  # a column bar before the line (Buildkite's log view: "  | ")
+    # Python's logging.basicConfig format (logging.BASIC_FORMAT, "%(levelname)s:%(name)s:"),
+    # as a harness that logs vLLM's output puts it in front: "INFO:tests.docker_utils: ".
+    re.compile(rf"{_LEVEL}:[\w.-]+:\s?"),
     # Application loggers: "- runners.py[line:118] - ERROR: " after the timestamp.
     re.compile(rf"-\s+[\w.-]+\[line:\d+\]\s+-\s+{_LEVEL}:?\s"),
 )

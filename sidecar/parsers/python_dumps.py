@@ -53,6 +53,9 @@ _TB_HEADER = re.compile(
     r"\(most recent call last\):"
 )
 # CPython's two chain messages (Lib/traceback.py, _cause_message / _context_message).
+# A caller's source line that calls a registered op through torch's dispatcher:
+# `x = torch.ops.vllm.unified_attention_with_output(q, k, v, ...)`.
+_TORCH_OP_CALL = re.compile(r"torch\.ops\.(?P<ns>\w+)\.(?P<op>\w+)(?:\.\w+)?\(")
 _TB_CHAIN = re.compile(
     r"The above exception was the direct cause of the following exception:"
     r"|During handling of the above exception, another exception occurred:"
@@ -142,11 +145,18 @@ class _TracebackReader(_Reader):
         super().__init__(stream, log, source)
         self.chained = False  # a chain message was seen since the last traceback began
         self.earlier: list[Frame] = []  # the chain so far, in input order (root first)
+        self.source_lines: dict[int, str] = {}  # frame index -> the source line printed under it
+
+    def start(self, thread_id: str | None = None, name: str | None = None) -> None:
+        super().start(thread_id, name)
+        self.source_lines = {}
 
     def feed(self, line: Line) -> None:
         text = line.text.strip()
         if m := _TB_HEADER.fullmatch(text):
             if self.chained and self.open is not None and self.open.frames:
+                self._add_dispatched_op(line)
+                self.source_lines = {}
                 self.earlier = self.open.frames + self.earlier
                 self.open = StackBuilder(
                     m["tid"], m["name"], self.stream.pid, self.stream.process,
@@ -162,10 +172,31 @@ class _TracebackReader(_Reader):
             self.chained = False
         elif _TB_CHAIN.fullmatch(text):
             self.chained = True
-        else:  # source lines, carets, the exception line: not frames, and expected
-            self.frame_line(line, text)
+        elif not self.frame_line(line, text) and self.open is not None and self.open.frames:
+            # source lines, carets, the exception line: not frames; the first line under a
+            # frame is its source line
+            self.source_lines.setdefault(len(self.open.frames) - 1, text)
+
+    def _add_dispatched_op(self, line: Line | None = None) -> None:
+        """A traceback that ends in torch's dispatcher (`torch/_ops.py` `__call__`) names the op
+        it dispatched only in its caller's source line (`torch.ops.vllm.unified_attention(...)`):
+        that op becomes the innermost frame (file `torch.ops.NS`), as py-spy --native would show
+        it, and a warning says so."""
+        frames = self.open.frames if self.open is not None else []
+        if len(frames) < 2 or not frames[-1].file.endswith("torch/_ops.py"):
+            return
+        call = _TORCH_OP_CALL.search(self.source_lines.get(len(frames) - 2, ""))
+        if call is None:
+            return
+        frames.append(make_frame(call["op"], f"torch.ops.{call['ns']}"))
+        where = f"line {line.number}: " if line is not None else ""
+        self.log.note(
+            f"{where}the op torch dispatched to, torch.ops.{call['ns']}.{call['op']}, read from "
+            "its caller's source line as the innermost frame"
+        )
 
     def close(self) -> None:
+        self._add_dispatched_op()
         if self.open is not None and self.earlier:
             self.open.frames = self.open.frames + self.earlier
         self.earlier = []

@@ -50,6 +50,10 @@ FORMS = [
      "text after the frame skipped"),
     ("vllm_50887_xpu_perf_worker_urEventWait.txt", "`perf report --hierarchy`",
      "a perf report (hierarchy) is a profile"),
+    ("vllm_52312_rocm_worker_tp5_ep5_mla_attention_nested_prefix.txt",
+     "logging.basicConfig's `INFO:name: ` before the process tag", "read past a log header"),
+    ("vllm_19904_rocm_vllmworker_unified_attention_ansi_caret.txt",
+     "a traceback ending in torch's dispatcher", "torch.ops.vllm.unified_attention_with_output"),
 ]  # fmt: skip
 
 
