@@ -128,6 +128,9 @@ def test_every_manifest_entry_is_well_formed() -> None:
                 assert label.get("stage") in {None, "prefill", "decode"}, where
                 assert label.get("why"), f"{where}: every label says which rule decided it"
     assert files == listed, f"files without a manifest entry: {sorted(files - listed)}"
+    readme = (CORPUS / "README.md").read_text()
+    unlisted = sorted(f for f in files if f"| {f} |" not in readme)
+    assert not unlisted, f"not in corpus/README.md (python -m devtools.corpus_table): {unlisted}"
 
 
 def test_the_corpus_is_classified_as_labelled(outcomes: list[Outcome]) -> None:
