@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Protocol
 
 from sidecar.errors import AttachError, SamplerError
+from sidecar.records.redact import redact_text
 from sidecar.records.window import ProcessOutcome
 
 PTRACE_HELP = (
@@ -185,7 +186,8 @@ class SubprocessPySpy:
             return 124, f"py-spy dump {' '.join(mode)} took over {timeout_s:g} s and was killed"
         except OSError as exc:
             return 127, f"cannot start py-spy ({self.binary}): {exc}"
-        return result.returncode, result.stderr + result.stdout
+        # py-spy prints the target's command line first (`Process PID: CMDLINE`): no secrets.
+        return result.returncode, redact_text(result.stderr + result.stdout)
 
     def record(self, request: RecordRequest, stop: Callable[[], bool]) -> RecordOutcome:
         if request.processes:
@@ -228,8 +230,9 @@ class SubprocessPySpy:
             )
             ended = self._wait(proc, watch, started, request, stop)
             watch.join()
-            output = watch.text()
-            raw = out.read_text(errors="replace") if out.exists() else ""
+            output = redact_text(watch.text())
+            # --subprocesses roots each stack in `process PID:"CMDLINE"`: no secrets either.
+            raw = redact_text(out.read_text(errors="replace")) if out.exists() else ""
         counts = _COUNTS.search(output)
         return RecordOutcome(
             raw=raw,

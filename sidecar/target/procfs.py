@@ -16,6 +16,7 @@ from pathlib import Path
 
 from sidecar.records import ProcessInfo
 from sidecar.records.readings import ThreadTime
+from sidecar.records.redact import redact_args
 
 # Reading a vanished process's files raises one of these; with `hidepid=1` a foreign process's
 # files raise PermissionError, and we can learn nothing about it either.
@@ -120,7 +121,9 @@ class ProcFs:
         base = self.root / str(pid)
         try:
             comm, ppid, start_time = parse_stat((base / "stat").read_text())
-            cmdline = parse_cmdline((base / "cmdline").read_bytes())
+            # Secrets (`--api-key sk-...`) never enter the sidecar: every title it stores,
+            # shows or logs comes from here (sidecar/records/redact.py).
+            cmdline = redact_args(parse_cmdline((base / "cmdline").read_bytes()))
             nspid = parse_nspid((base / "status").read_text())
         except (*_GONE, ValueError):
             return None

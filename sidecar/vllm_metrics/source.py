@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from sidecar.errors import ConfigError, SidecarError
+from sidecar.records.redact import redact_url
 from sidecar.vllm_metrics.scrape import MetricsScrape, failed_scrape, parse_scrape
 
 DEFAULT_TIMEOUT_S = 2.0
@@ -50,7 +51,8 @@ class HttpMetricsSource:
 
     def __post_init__(self) -> None:
         if urllib.parse.urlsplit(self.url).scheme not in ("http", "https"):
-            raise ConfigError(f"metrics URL {self.url!r} must start with http:// or https://")
+            shown = redact_url(self.url)
+            raise ConfigError(f"metrics URL {shown!r} must start with http:// or https://")
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         object.__setattr__(self, "_opener", opener)
 
@@ -58,6 +60,7 @@ class HttpMetricsSource:
         # Ask for the classic text format: with an OpenMetrics Accept header prometheus_client
         # would answer OpenMetrics, whose counters and `# EOF` read differently.
         request = urllib.request.Request(self.url, headers={"Accept": "text/plain"})
+        shown = redact_url(self.url)  # what messages name: no password or token of the URL
         try:
             with self._opener.open(request, timeout=self.timeout_s) as response:
                 content_type = response.headers.get_content_type()
@@ -66,21 +69,21 @@ class HttpMetricsSource:
                 expected = response.headers.get("Content-Length", "")
         except urllib.error.HTTPError as error:
             raise ScrapeError(
-                _http_status_message(self.url, error.code, error.reason, vllm=self.vllm)
+                _http_status_message(shown, error.code, error.reason, vllm=self.vllm)
             ) from None
         except http.client.IncompleteRead as error:
             raise ScrapeError(
-                f"garbage: truncated answer from {self.url} ({len(error.partial)} bytes read, "
+                f"garbage: truncated answer from {shown} ({len(error.partial)} bytes read, "
                 f"{error.expected} more expected)"
             ) from None
         except (OSError, http.client.HTTPException, ValueError) as error:
-            raise ScrapeError(f"no /metrics at {self.url}: {_why(error, self.vllm)}") from None
+            raise ScrapeError(f"no /metrics at {shown}: {_why(error, self.vllm)}") from None
         if expected.isdigit() and len(body) < int(expected):
             raise ScrapeError(
-                f"garbage: truncated answer from {self.url} ({len(body)} bytes read, "
+                f"garbage: truncated answer from {shown} ({len(body)} bytes read, "
                 f"{int(expected) - len(body)} more expected)"
             )
-        return _decode(self.url, content_type, body)
+        return _decode(shown, content_type, body)
 
 
 def take_scrape(
@@ -100,11 +103,12 @@ def take_scrape(
     text, failure = _fetch(source)
     ended = clock()
     taken_at, fetch_s = (started + ended) / 2, ended - started
+    url = redact_url(source.url)  # what the scrape records and the summary writes
     if failure is not None:
-        return failed_scrape(source.url, failure, taken_at=taken_at, wall=wall, fetch_s=fetch_s)
+        return failed_scrape(url, failure, taken_at=taken_at, wall=wall, fetch_s=fetch_s)
     if only:
         text = _only(text, only)
-    return parse_scrape(text, url=source.url, taken_at=taken_at, wall=wall, fetch_s=fetch_s,
+    return parse_scrape(text, url=url, taken_at=taken_at, wall=wall, fetch_s=fetch_s,
                         vllm=vllm)  # fmt: skip
 
 
