@@ -65,7 +65,13 @@ PARSERS: dict[InputFormat, Callable[[str, str | None], ParseResult]] = {
 # does not.
 _JSON_START = re.compile(r'\s*(?:\[\s*(?:[{\]]|$)|\{\s*["}])')
 # A raw line: several frames joined by ";", or one frame "fn (file)", then " COUNT".
-_RAW_LINE = re.compile(r"(?:\S.*;.*|\S.*\)) \d+")
+def _raw_line(line: str) -> bool:
+    """`FRAME;FRAME;... COUNT` or `FRAME (FILE) COUNT`: a regex of two `.*` around the `;` took
+    seconds on one long line, so the line is split instead."""
+    head, _, count = line.rpartition(" ")
+    return bool(head) and count.isdigit() and not head[0].isspace() and (
+        ";" in head or head.endswith(")")
+    )
 _PYTEST_STACK = re.compile(r"~+ Stack of .* \(\d+\) ~+")
 # Frame lines of a Python dump pasted without its header: faulthandler writes `line N in F`,
 # a traceback `line N, in F` (CPython Python/traceback.c and Lib/traceback.py).
@@ -81,7 +87,7 @@ def detect_format(text: str) -> InputFormat:
     # that a garbled second line does not turn a cut JSON dump into hundreds of bad text frames.
     if _JSON_START.match(body[0] if body else "") or _JSON_START.match("\n".join(body[:2])):
         return InputFormat.PYSPY_JSON
-    if body and 2 * sum(bool(_RAW_LINE.fullmatch(line)) for line in body) > len(body):
+    if body and 2 * sum(_raw_line(line) for line in body) > len(body):
         return InputFormat.PYSPY_RAW
     if any(_PYTEST_STACK.fullmatch(line) for line in body):
         return InputFormat.PYTEST_TIMEOUT

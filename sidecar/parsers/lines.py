@@ -34,7 +34,8 @@ _LEVEL = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)"
 _ISO = r"\d{4}[-/]\d{2}[-/]\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2}| UTC)?"
 _TIMESTAMPS = (
     # ISO timestamps (docker/k8s logs, python logging), with an optional level after them.
-    re.compile(rf"{_ISO}(?:\s*-?\s*{_LEVEL}\b\s*-?)?\s"),
+    # (No two adjacent `\s*`: the patterns here stay linear on a line of 40,000 spaces.)
+    re.compile(rf"{_ISO}(?:[ \t]*(?:-[ \t]*)?{_LEVEL}\b[ \t]*-?)?\s"),
     # Bracketed, as CI runners and log shippers stamp every line: "[2025-05-20T10:47:04Z] ",
     # "[10:47:04.123] ".
     re.compile(rf"\[(?:{_ISO}|\d{{2}}:\d{{2}}:\d{{2}}(?:[.,]\d+)?)\]\s?"),
@@ -69,7 +70,7 @@ _PREFIXES = (
 )
 # Ray's log deduplication appends this to the line it folded (LogDeduplicator,
 # ray/_private/ray_logging/__init__.py).
-_RAY_REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+_RAY_REPEATED = re.compile(r"\[repeated \d+x across cluster\]$")  # on a right-stripped line
 # A paste whose newlines were lost: every log line's `(Name pid=N) ` tag mid-line
 # (https://github.com/vllm-project/vllm/issues/4650). A tag only counts as a line start there.
 _MID_TAG = re.compile(r"(?<=\S) (?=\([^()]*?pid=\d+(?:,\s*ip=[^()]*)?\) )")
@@ -101,7 +102,9 @@ class Stream:
 
 
 def clean_line(number: int, raw: str, *, joined: bool = False) -> Line:
-    text = _RAY_REPEATED.sub("", _CARET_CR.sub("", _ANSI.sub("", raw).rstrip()))
+    text = _CARET_CR.sub("", _ANSI.sub("", raw).rstrip())
+    if text.endswith("]"):
+        text = _RAY_REPEATED.sub("", text).rstrip()
     tag: dict[str, str] = {}
     removed: list[str] = []
     for _ in range(8):  # prefixes stack up ("(Worker pid=1) INFO ... [x.py:1] "); a few suffice

@@ -4,6 +4,7 @@ what was read past or left out; never an empty result without one."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,24 @@ def test_nothing_readable_is_never_silent() -> None:
     result = parse_text("> [2025-05-20T10:47:04Z] nothing here that is a stack\n")
     assert not result.stacks and result.warnings
     assert "no stack found" in result.warnings[0]
+
+
+# One long line of each shape that made a pattern backtrack quadratically (issue 26, item 15):
+# 20,000 spaces after an ISO time took 10.7 s, any line of spaces 0.7-0.9 s (Ray's fold mark),
+# `a;a;...; 1x` 0.4 s (format detection). Not a timing benchmark: a bound 50x above what a
+# linear pattern needs here, so that a blow-up fails instead of stalling the suite.
+LONG_LINES = {
+    "iso time, spaces": "2025-01-01 00:00:00" + " " * 20000 + "x",
+    "level, spaces": "INFO" + " " * 20000 + "x",
+    "spaces, bar": " " * 20000 + "|x",
+    "raw-like": "a;" * 10000 + " 1x",
+    "frame, spaces": "a" + " " * 20000 + "(b:1)",
+    "tags": "(a pid=1) " * 4000,
+}
+
+
+@pytest.mark.parametrize("text", LONG_LINES.values(), ids=LONG_LINES.keys())
+def test_a_long_line_is_read_in_linear_time(text: str) -> None:
+    started = time.process_time()
+    parse_text(text)
+    assert time.process_time() - started < 2.0
