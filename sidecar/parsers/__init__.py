@@ -64,14 +64,21 @@ PARSERS: dict[InputFormat, Callable[[str, str | None], ParseResult]] = {
 # "[{" or "[]" opens py-spy's JSON; a log line such as "[W102 12:00:00 ProcessGroupNCCL.cpp]"
 # does not.
 _JSON_START = re.compile(r'\s*(?:\[\s*(?:[{\]]|$)|\{\s*["}])')
+
+
 # A raw line: several frames joined by ";", or one frame "fn (file)", then " COUNT".
 def _raw_line(line: str) -> bool:
     """`FRAME;FRAME;... COUNT` or `FRAME (FILE) COUNT`: a regex of two `.*` around the `;` took
     seconds on one long line, so the line is split instead."""
     head, _, count = line.rpartition(" ")
-    return bool(head) and count.isdigit() and not head[0].isspace() and (
-        ";" in head or head.endswith(")")
+    return (
+        bool(head)
+        and count.isdigit()
+        and not head[0].isspace()
+        and (";" in head or head.endswith(")"))
     )
+
+
 _PYTEST_STACK = re.compile(r"~+ Stack of .* \(\d+\) ~+")
 # Frame lines of a Python dump pasted without its header: faulthandler writes `line N in F`,
 # a traceback `line N, in F` (CPython Python/traceback.c and Lib/traceback.py).
