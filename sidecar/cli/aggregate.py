@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from sidecar.cli.options import when
 from sidecar.errors import ConfigError
+from sidecar.tables import json_text
 
 
 @click.command()
@@ -45,6 +44,6 @@ def aggregate(sources: tuple[str, ...], since: str | None, until: str | None, fm
     note = lambda line: click.echo(line, err=True)  # noqa: E731
     report = fleet_report(load_fleet(sources, note), start, end, note)
     if fmt == "json":
-        click.echo(json.dumps(fleet_json(report), indent=2))
+        click.echo(json_text(fleet_json(report), indent=2))
     else:
         click.echo(fleet_text(report))

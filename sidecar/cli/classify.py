@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from sidecar.classify.classifier import Classifier
 from sidecar.classify.rules import load_rules
+from sidecar.tables import json_text
 
 
 @click.command()
@@ -41,7 +41,7 @@ def classify(
     listing = list_stacks(classifier, files)
     for w in listing.warnings:
         click.echo(f"warning: {w}", err=True)
-    click.echo(json.dumps(listing.as_json(), indent=2) if as_json else listing.as_text())
+    click.echo(json_text(listing.as_json(), indent=2) if as_json else listing.as_text())
 
 
 def _explain(classifier: Classifier, files: tuple[Path, ...], as_json: bool, limit: int) -> None:
@@ -56,7 +56,7 @@ def _explain(classifier: Classifier, files: tuple[Path, ...], as_json: bool, lim
     explained = explain(classifier, stacks, [r for read in reads for r in read.roles])
     if as_json:
         doc = as_document(explained, classifier.rules.fingerprint, warnings)
-        click.echo(json.dumps(doc, indent=2))
+        click.echo(json_text(doc, indent=2))
         return
     click.echo(as_text(explained, limit or None), nl=False)
 
@@ -92,6 +92,6 @@ def rules_suggest(source: Path, rules: Path | None, top: int, idle_waits: bool, 
     found = suggest(Classifier(ruleset), read.stacks, read.roles,
                     rules_text=text, top=top, idle_waits=idle_waits)  # fmt: skip
     if fmt == "json":
-        click.echo(json.dumps(as_json(found, ruleset.fingerprint, total), indent=2))
+        click.echo(json_text(as_json(found, ruleset.fingerprint, total), indent=2))
         return
     click.echo(as_text(found, total), nl=False)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -11,6 +10,7 @@ import click
 from sidecar.cli.options import HELP
 from sidecar.config import units
 from sidecar.errors import ConfigError, ExitStatus
+from sidecar.tables import json_text
 
 
 @click.command()
@@ -71,7 +71,7 @@ def diff(sides: tuple[str, ...], baseline_of: Path | None, since: str | None,
     failed = gate(comparison, threshold)
     found = finding_changes(a.summaries, b.summaries, rules)
     if fmt == "json":
-        click.echo(json.dumps(diff_json(comparison, failed, found), indent=2))
+        click.echo(json_text(diff_json(comparison, failed, found), indent=2))
     else:
         click.echo(render_text(comparison, failed, found))
     return ExitStatus.REGRESSION if failed else ExitStatus.OK

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -10,6 +9,7 @@ import click
 
 from sidecar.cli.options import HELP
 from sidecar.errors import ConfigError
+from sidecar.tables import json_text
 
 if TYPE_CHECKING:
     from sidecar.advice.rules import AdviceRules
@@ -54,7 +54,7 @@ def report(
         raise ConfigError("--out and --host go with --format html")
     summary = read_summary(snapshot_dir)
     if fmt == "json":
-        click.echo(json.dumps(to_jsonable(report_data(summary, rules)), indent=2))
+        click.echo(json_text(to_jsonable(report_data(summary, rules)), indent=2))
     else:
         click.echo(render(summary, rules))
 

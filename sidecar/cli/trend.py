@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from sidecar.cli.options import when
+from sidecar.tables import json_text
 
 
 @click.command()
@@ -59,6 +59,6 @@ def trend(out: Path, host: str | None, since: str, until: str | None, kind: str,
         save_png(trend_figure(result), plot)
         click.echo(f"plot: {plot}", err=True)
     if fmt == "json":
-        click.echo(json.dumps(trend_json(result), indent=2))
+        click.echo(json_text(trend_json(result), indent=2))
     else:
         click.echo(render_text(result))

@@ -7,7 +7,6 @@ folder without it falls back to stacks.collapsed (`role;phase;frames weight` lin
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 from sidecar.errors import InputError, OutputError
 from sidecar.store.atomic import write_file
 from sidecar.store.stacks import StackRow, read_stack_rows
+from sidecar.tables import json_text
 
 
 def write_files(files: Iterable[tuple[Path, str]]) -> None:
@@ -55,7 +55,7 @@ def draw(snapshot: Path, out: str | None, min_width: float, exporter: str) -> li
         prefix.with_name(prefix.name + ".speedscope.json"),
     )
     document = speedscope(rows, snapshot.name, exporter)
-    write_files([(svg, text), (ss, json.dumps(document, separators=(",", ":")))])
+    write_files([(svg, text), (ss, json_text(document, separators=(",", ":")))])
     return [svg, ss]
 
 

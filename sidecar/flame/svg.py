@@ -11,12 +11,27 @@ grew and blue where it shrank, more saturated the larger the change (difffolded.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from xml.sax.saxutils import escape, quoteattr
+from xml.sax.saxutils import escape as _escape
+from xml.sax.saxutils import quoteattr as _quoteattr
 
 from sidecar.flame.graph import Box, FlameNode, Layout, change
 from sidecar.records import Phase
+
+# Characters XML 1.0 does not allow at all (escaping cannot help): a frame name holding one
+# would make the whole SVG unreadable (issue 26, item 18). Shown as U+FFFD.
+_XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def escape(text: str) -> str:
+    return _escape(_XML_ILLEGAL.sub("\ufffd", text))
+
+
+def quoteattr(text: str) -> str:
+    return _quoteattr(_XML_ILLEGAL.sub("\ufffd", text))
+
 
 # One colour per phase (docs/PHASES.md): model work warm, request handling green, engine
 # bookkeeping purple, waits blue, idle a light grey so that the busy frames stand out.
