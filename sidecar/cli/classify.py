@@ -8,7 +8,7 @@ import click
 
 from sidecar.classify.classifier import Classifier
 from sidecar.classify.rules import load_rules
-from sidecar.tables import json_text
+from sidecar.tables import json_text, printable
 
 
 @click.command()
@@ -40,7 +40,7 @@ def classify(
         return
     listing = list_stacks(classifier, files)
     for w in listing.warnings:
-        click.echo(f"warning: {w}", err=True)
+        click.echo(f"warning: {printable(w)}", err=True)
     click.echo(json_text(listing.as_json(), indent=2) if as_json else listing.as_text())
 
 
@@ -51,14 +51,14 @@ def _explain(classifier: Classifier, files: tuple[Path, ...], as_json: bool, lim
     reads = [read_input(path) for path in files]
     warnings = [w for read in reads for w in read.warnings]
     for w in warnings:
-        click.echo(f"warning: {w}", err=True)
+        click.echo(f"warning: {printable(w)}", err=True)
     stacks = [s for read in reads for s in read.stacks]
     explained = explain(classifier, stacks, [r for read in reads for r in read.roles])
     if as_json:
         doc = as_document(explained, classifier.rules.fingerprint, warnings)
         click.echo(json_text(doc, indent=2))
         return
-    click.echo(as_text(explained, limit or None), nl=False)
+    click.echo(printable(as_text(explained, limit or None)), nl=False)
 
 
 @click.group("rules")
@@ -86,7 +86,7 @@ def rules_suggest(source: Path, rules: Path | None, top: int, idle_waits: bool, 
     ruleset = load_rules(path)
     read = read_input(source)
     for w in read.warnings:
-        click.echo(f"warning: {w}", err=True)
+        click.echo(f"warning: {printable(w)}", err=True)
     total = sum(s.weight for s in read.stacks)
     text = path.read_text(encoding="utf-8")
     found = suggest(Classifier(ruleset), read.stacks, read.roles,
@@ -94,4 +94,4 @@ def rules_suggest(source: Path, rules: Path | None, top: int, idle_waits: bool, 
     if fmt == "json":
         click.echo(json_text(as_json(found, ruleset.fingerprint, total), indent=2))
         return
-    click.echo(as_text(found, total), nl=False)
+    click.echo(printable(as_text(found, total)), nl=False)
