@@ -45,9 +45,14 @@ class FlameNode:
         return self.phases[0][0] if self.phases else Phase.OTHER.value
 
     def walk(self) -> Iterable[FlameNode]:
-        yield self
-        for child in self.children:
-            yield from child.walk()
+        """This node and every one under it, depth first, parents before children. Loops, not
+        recursion, here and in every tree walk of this module: a stack 1,000 frames deep (a
+        recursive model, a deep torch.compile graph) must not hit Python's recursion limit."""
+        todo = [self]
+        while todo:
+            node = todo.pop()
+            yield node
+            todo.extend(reversed(node.children))
 
 
 @dataclass(slots=True)
@@ -74,15 +79,29 @@ class _Builder:
         self.phases[phase] = self.phases.get(phase, 0) + weight
 
     def freeze(self, name: str, *, diff: bool, order: Mapping[str, int] | None = None) -> FlameNode:
-        names = sorted(self.children, key=lambda n: ((order or {}).get(n, len(order or {})), n))
-        ranked = sorted(self.phases.items(), key=lambda kv: (-kv[1], _PHASE_ORDER.get(kv[0], 99)))
-        return FlameNode(
-            name=name,
-            value=self.value,
-            phases=tuple(ranked),
-            children=tuple(self.children[n].freeze(n, diff=diff) for n in names),
-            base=self.base if diff else None,
-        )
+        """The frozen tree, children before their parent (a loop, not recursion)."""
+        frozen: dict[int, FlameNode] = {}
+        todo: list[tuple[_Builder, str, Mapping[str, int] | None, bool]] = [
+            (self, name, order, False)
+        ]
+        while todo:
+            node, label, rank, children_done = todo.pop()
+            names = sorted(node.children, key=lambda n: ((rank or {}).get(n, len(rank or {})), n))
+            if not children_done:
+                todo.append((node, label, rank, True))
+                todo.extend((node.children[n], n, None, False) for n in names)
+                continue
+            ranked = sorted(
+                node.phases.items(), key=lambda kv: (-kv[1], _PHASE_ORDER.get(kv[0], 99))
+            )
+            frozen[id(node)] = FlameNode(
+                name=label,
+                value=node.value,
+                phases=tuple(ranked),
+                children=tuple(frozen.pop(id(node.children[n])) for n in names),
+                base=node.base if diff else None,
+            )
+        return frozen[id(self)]
 
 
 def build_tree(rows: Iterable[StackRow]) -> FlameNode:
@@ -108,11 +127,16 @@ def build_diff_tree(before: Iterable[StackRow], after: Iterable[StackRow]) -> Fl
 
 
 def _borrow_phases(node: _Builder, other: _Builder) -> None:
-    if not node.phases:
-        node.phases = dict(other.phases)
-    for name, child in node.children.items():
-        if name in other.children:
-            _borrow_phases(child, other.children[name])
+    todo = [(node, other)]
+    while todo:
+        mine, theirs = todo.pop()
+        if not mine.phases:
+            mine.phases = dict(theirs.phases)
+        todo.extend(
+            (child, theirs.children[name])
+            for name, child in mine.children.items()
+            if name in theirs.children
+        )
 
 
 # ------------------------------------------------------------------------------------- layout
@@ -146,19 +170,20 @@ def layout(tree: FlameNode, min_width: float = 0.001) -> Layout:
     boxes: list[Box] = []
     hidden_frames, hidden_share = 0, 0.0
 
-    def place(node: FlameNode, depth: int, x: float, path: tuple[str, ...]) -> None:
-        nonlocal hidden_frames, hidden_share
+    todo: list[tuple[FlameNode, int, float, tuple[str, ...]]] = [(tree, 0, 0.0, ())]
+    while todo:  # depth first, parents before children, children left to right
+        node, depth, x, path = todo.pop()
         width = widths[id(node)] / total
         if depth and width < min_width:
             hidden_frames += sum(1 for _ in node.walk())
             hidden_share += width
-            return
+            continue
         boxes.append(Box(node, depth, x, width, path))
+        placed = []
         for child in node.children:
-            place(child, depth + 1, x, (*path, child.name))
+            placed.append((child, depth + 1, x, (*path, child.name)))
             x += widths[id(child)] / total
-
-    place(tree, 0, 0.0, ())
+        todo.extend(reversed(placed))
     depth = max((b.depth for b in boxes), default=0)
     return Layout(tuple(boxes), depth, hidden_frames, hidden_share, min_width)
 
@@ -171,8 +196,8 @@ def _widths(tree: FlameNode, diff: bool) -> dict[int, float]:
     total_a = max(tree.base or 0, 1)
     total_b = max(tree.value, 1)
 
-    def width(node: FlameNode) -> float:
-        inner = sum(width(c) for c in node.children)
+    for node in reversed(list(tree.walk())):  # children before their parents
+        inner = sum(out[id(c)] for c in node.children)
         if not diff:
             own = float(node.value)
         elif node.value:
@@ -180,9 +205,6 @@ def _widths(tree: FlameNode, diff: bool) -> dict[int, float]:
         else:
             own = (node.base or 0) / total_a
         out[id(node)] = max(own, inner)
-        return out[id(node)]
-
-    width(tree)
     return out
 
 

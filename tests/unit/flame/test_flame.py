@@ -450,3 +450,17 @@ def test_a_graph_of_the_working_folder_is_named_after_it(
     monkeypatch.chdir(SCHEMA1)
     assert main(["flamegraph", ".", "-o", f"{tmp_path}/new/"]) == 0
     assert capsys.readouterr().out.split()[0] == str(tmp_path / "new" / f"flame-{SCHEMA1.name}.svg")
+
+
+def test_a_stack_thousands_of_frames_deep_is_drawn() -> None:
+    # Issue 26, item 16: building the tree recursively failed near 490 frames (RecursionError).
+    deep = tuple(f"layer_{i} (model.py:{i})" for i in range(3000))
+    rows = (StackRow("worker", "forward", deep, 5), StackRow("worker", "idle", deep[:10], 1))
+    tree = build_tree(rows)
+    assert sum(1 for _ in tree.walk()) == 3000 + 2  # all, the role, every frame once
+    shape = layout(tree, 0.0)
+    assert shape.depth == 3001
+    ET.fromstring(render_svg(shape, Heading("deep", ())).partition("?>")[2])
+    diff = build_diff_tree(rows[1:], rows)
+    assert render_diff_svg(layout(diff, 0.0), Heading("deep", ()))
+    assert speedscope(rows, "deep", "test")["profiles"]
