@@ -45,6 +45,16 @@ class ExprError(ValueError):
     """A condition that cannot be parsed or does not type-check; the message says where."""
 
 
+# Bounds (issue 26, item 13): the parser and the evaluator recurse, and a `define:` may use the
+# ones before it, so an expression nested 2,000 deep raised RecursionError and a chain of
+# defines that each doubles the one before took exponential time. Real conditions are a few
+# dozen nodes deep and big; these limits are far above them and far below trouble.
+MAX_TOKENS = 2_000
+MAX_NESTING = 50  # parentheses, `not` and unary `-` inside each other
+MAX_DEPTH = 200  # the tree once defines are inlined
+MAX_SIZE = 20_000  # its nodes, a shared define counted at every use
+
+
 @dataclass(frozen=True, slots=True)
 class Num:
     value: float
@@ -90,11 +100,52 @@ Node = Num | Name | Neg | Arith | Compare | Not | Logic
 
 def parse(text: str) -> Node:
     """The expression tree of TEXT; ExprError names the token at fault."""
-    parser = _Parser(_tokens(text), text)
+    tokens = _tokens(text)
+    if len(tokens) > MAX_TOKENS:
+        raise ExprError(f"{len(tokens)} tokens, over the {MAX_TOKENS} an expression may hold")
+    parser = _Parser(tokens, text)
     node = parser.expr()
     if parser.peek() is not None:
         raise ExprError(f"unexpected {parser.peek()!r} in {text!r}")
+    check_bounds(node)
     return node
+
+
+def _children(node: Node) -> tuple[Node, ...]:
+    if isinstance(node, Neg | Not):
+        return (node.operand,)
+    if isinstance(node, Arith | Compare):
+        return (node.left, node.right)
+    if isinstance(node, Logic):
+        return node.operands
+    return ()
+
+
+def check_bounds(node: Node) -> None:
+    """ExprError when NODE is deeper than MAX_DEPTH or bigger than MAX_SIZE, counting a node
+    shared by several uses of a define at each use. Loops, memoised per node: linear in the
+    distinct nodes, whatever the expansion."""
+    depth: dict[int, int] = {}
+    size: dict[int, int] = {}
+    todo: list[tuple[Node, bool]] = [(node, False)]
+    while todo:
+        current, children_done = todo.pop()
+        if id(current) in size:
+            continue
+        kids = _children(current)
+        if not children_done:
+            todo.append((current, True))
+            todo.extend((k, False) for k in kids if id(k) not in size)
+            continue
+        depth[id(current)] = 1 + max((depth[id(k)] for k in kids), default=0)
+        size[id(current)] = 1 + sum(size[id(k)] for k in kids)
+        if depth[id(current)] > MAX_DEPTH:
+            raise ExprError(f"nested over {MAX_DEPTH} deep; split it into `define:` entries")
+        if size[id(current)] > MAX_SIZE:
+            raise ExprError(
+                f"expands to over {MAX_SIZE} terms (defines used inside defines multiply); "
+                "simplify the defines it uses"
+            )
 
 
 def is_condition(node: Node) -> bool:
@@ -164,6 +215,7 @@ def _tokens(text: str) -> list[str]:
 class _Parser:
     def __init__(self, tokens: list[str], text: str) -> None:
         self.tokens, self.text, self.pos = tokens, text, 0
+        self.nesting = 0
 
     def peek(self) -> str | None:
         return self.tokens[self.pos] if self.pos < len(self.tokens) else None
@@ -192,10 +244,17 @@ class _Parser:
             self._want(part, condition=True, where=f"`{op}`")
         return Logic(op, tuple(parts))
 
+    def _nest(self) -> None:
+        self.nesting += 1
+        if self.nesting > MAX_NESTING:
+            raise ExprError(f"nested over {MAX_NESTING} deep in {self.text[:40]!r}...")
+
     def _not(self) -> Node:
         if self.peek() == "not":
             self.take()
+            self._nest()
             operand = self._not()
+            self.nesting -= 1
             self._want(operand, condition=True, where="`not`")
             return Not(operand)
         return self._compare()
@@ -229,11 +288,15 @@ class _Parser:
     def _unary(self) -> Node:
         token = self.take()
         if token == "-":
+            self._nest()
             operand = self._unary()
+            self.nesting -= 1
             self._want(operand, condition=False, where="`-`")
             return Neg(operand)
         if token == "(":
+            self._nest()
             node = self.expr()
+            self.nesting -= 1
             if self.peek() != ")":
                 raise ExprError(f"a `(` is not closed in {self.text!r}")
             self.take()

@@ -28,6 +28,7 @@ from sidecar.advice.expr import (
     Neg,
     Node,
     Not,
+    check_bounds,
     is_condition,
     names,
     parse,
@@ -202,6 +203,7 @@ def _expression(text: Any, where: str, defines: Mapping[str, Node]) -> Node:
         raise ConfigError(f"{where}: expected an expression, got {text!r}")
     try:
         node = _inline(parse(str(text)), defines)
+        check_bounds(node)  # with the defines inlined: a chain of them can multiply its size
     except ExprError as exc:
         raise ConfigError(f"{where}: {exc}") from None
     bad = sorted({n for n in names(node) if not known(n)})

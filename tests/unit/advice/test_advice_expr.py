@@ -8,6 +8,8 @@ import re
 import pytest
 
 from sidecar.advice.expr import ExprError, evaluate, is_condition, names, parse
+from sidecar.advice.rules import parse_advice
+from sidecar.errors import ConfigError
 
 FIG = {"a": 2.0, "b": 0.5, "zero": 0.0}
 
@@ -77,3 +79,27 @@ def test_names_and_kinds() -> None:
 def test_errors_say_what_is_wrong(text: str, message: str) -> None:
     with pytest.raises(ExprError, match=re.escape(message)):
         parse(text)
+
+
+# Issue 26, item 13: each of these raised RecursionError (exit 70) or never finished; now each
+# is refused with a message, fast.
+HOSTILE_EXPRESSIONS = {
+    "2,000 nested parentheses": "(" * 2000 + "serving.preemptions" + ")" * 2000 + " > 0",
+    "2,000 nots": "not " * 2000 + "serving.preemptions > 0",
+    "a flat sum of 5,000 names": " + ".join(["serving.preemptions"] * 5000) + " > 0",
+    "2,000 unary minuses": "-" * 2000 + "serving.preemptions > 0",
+}
+
+
+@pytest.mark.parametrize("text", HOSTILE_EXPRESSIONS.values(), ids=HOSTILE_EXPRESSIONS.keys())
+def test_hostile_expressions_are_refused_not_crashed(text: str) -> None:
+    with pytest.raises(ExprError, match=r"nested over|tokens, over|expands to over"):
+        parse(text)
+
+
+def test_a_chain_of_defines_that_doubles_is_refused_at_load() -> None:
+    lines = ["version: 1", "define:", "  d0: serving.preemptions"]
+    lines += [f"  d{i}: d{i - 1} + d{i - 1}" for i in range(1, 41)]
+    lines += ["rules:", "  - {name: x, when: d40 > 0, say: x, fix: y}"]
+    with pytest.raises(ConfigError, match="expands to over"):
+        parse_advice("\n".join(lines))
