@@ -10,6 +10,7 @@ from __future__ import annotations
 import codecs
 import os
 import re
+import stat
 from collections.abc import Callable
 from dataclasses import replace
 from enum import StrEnum
@@ -139,8 +140,26 @@ def parse_text(
     return result
 
 
+# A stack file larger than this is not a dump (the largest recordings here are a few MB): reading
+# `/dev/zero` grew the process to 3 GB before it failed (issue 26, item 19).
+MAX_STACK_FILE = 256 * 2**20
+
+
 def _read(path: Path) -> bytes:
     try:
+        info = path.stat()
+        if path.is_dir():
+            raise IsADirectoryError(path)
+        if not stat.S_ISREG(info.st_mode):
+            raise InputError(
+                f"{path} is not a regular file (a device, a FIFO or a socket); save the dump to a "
+                "file first (`py-spy dump --pid PID > FILE`)"
+            )
+        if info.st_size > MAX_STACK_FILE:
+            raise InputError(
+                f"{path} is {info.st_size / 2**20:.0f} MiB, over the {MAX_STACK_FILE // 2**20} MiB "
+                "a stack file may be; pass the dump itself, not a log or a core file"
+            )
         return path.read_bytes()
     except FileNotFoundError as error:
         raise InputError(

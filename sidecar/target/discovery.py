@@ -13,7 +13,9 @@ client the root is the EngineCore, since the client script is not recognisably v
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -231,8 +233,20 @@ def find_all(
 
 
 def read_pid_file(path: Path) -> int:
+    """The PID in `path`: a regular file, of which the first 64 bytes are read. Opened
+    non-blocking, so that a FIFO or a device there cannot stall discovery (issue 26, item 19)."""
     try:
-        return int(path.read_text().split()[0])
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise AttachError(
+                    f"pid file {path} is not a regular file; point target.pid_file at the file "
+                    "vLLM's service writes its PID to"
+                )
+            head = os.read(fd, 64).decode("ascii", errors="replace")
+        finally:
+            os.close(fd)
+        return int(head.split()[0])
     except FileNotFoundError:
         raise AttachError(f"pid file {path} does not exist (yet): is vLLM running?") from None
     except (OSError, ValueError, IndexError) as exc:

@@ -4,6 +4,7 @@ what was read past or left out; never an empty result without one."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 from sidecar.classify.classifier import Classifier
 from sidecar.classify.listing import list_stacks
 from sidecar.classify.rules import load_rules
+from sidecar.errors import InputError
 from sidecar.parsers import parse_file, parse_text
 from sidecar.records import Role
 
@@ -120,3 +122,13 @@ def test_a_long_line_is_read_in_linear_time(text: str) -> None:
     started = time.process_time()
     parse_text(text)
     assert time.process_time() - started < 2.0
+
+
+def test_only_a_regular_file_of_sane_size_is_read(tmp_path: Path) -> None:
+    # Issue 26, item 19: `classify /dev/zero` grew to 3 GB before it failed; a FIFO blocks.
+    with pytest.raises(InputError, match="not a regular file"):
+        parse_file("/dev/zero")
+    fifo = tmp_path / "dump.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match="not a regular file"):
+        parse_file(fifo)

@@ -23,6 +23,7 @@ from sidecar.target.discovery import (
     is_mp_child,
     is_vllm,
     no_server_error,
+    read_pid_file,
     role_of,
 )
 from sidecar.target.procfs import ProcFs
@@ -421,3 +422,14 @@ def test_nothing_to_discover(tmp_path: Path) -> None:
         f"no vLLM server found under {tmp_path}: start vLLM, pass --pid, or mount the host's "
         '/proc and pass --proc-root /host_proc (Docker: pid: host or pid: "service:vllm")'
     )
+
+
+def test_a_pid_file_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    # Issue 26, item 19: reading it blocked discovery for ever.
+    fifo = tmp_path / "vllm.pid"
+    os.mkfifo(fifo)
+    with pytest.raises(AttachError, match="not a regular file"):
+        read_pid_file(fifo)
+    regular = tmp_path / "ok.pid"
+    regular.write_text("4242\n")
+    assert read_pid_file(regular) == 4242
