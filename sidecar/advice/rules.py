@@ -34,7 +34,7 @@ from sidecar.advice.expr import (
     parse,
 )
 from sidecar.advice.figures import ROLES, known
-from sidecar.config.packaged import packaged_config, read_config_text
+from sidecar.config.packaged import load_yaml, packaged_config, read_config_text
 from sidecar.errors import ConfigError
 
 ADVICE_FILENAME = "advice.yaml"
@@ -119,7 +119,7 @@ def load_advice(path: Path | None = None) -> AdviceRules:
 
 def parse_advice(text: str, source: str = "<advice>") -> AdviceRules:
     try:
-        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        data = load_yaml(text, source)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source} is not valid YAML: {exc}. Fix the syntax and retry.") from exc
     if not isinstance(data, Mapping) or not isinstance(data.get("rules"), list):

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from sidecar.config.packaged import packaged_config, read_config_text
+from sidecar.config.packaged import load_yaml, packaged_config, read_config_text
 from sidecar.errors import ConfigError
 from sidecar.records import Frame, Phase, Role, Stage
 
@@ -226,7 +226,7 @@ def parse_rules(text: str, source: str = "<rules>") -> RuleSet:
     try:
         # libyaml's loader when present: the pure-Python one takes seconds on a box whose cores
         # vLLM keeps busy, and the rules are parsed before sampling starts.
-        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        data = load_yaml(text, source)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source} is not valid YAML: {exc}. Fix the syntax and retry.") from exc
     if not isinstance(data, Mapping) or not isinstance(data.get("rules"), list):

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from sidecar.config.custom_metrics import parse_custom_metrics
+from sidecar.config.packaged import load_yaml
 from sidecar.config.settings import (
     CREDENTIAL_KEYS,
     CREDENTIALS_HELP,
@@ -150,7 +151,7 @@ def _file_entries(data: Mapping[Any, Any], path: Path) -> Iterator[Entry]:
 
 def _read_yaml(path: Path) -> Mapping[Any, Any]:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml(path.read_text(encoding="utf-8"), str(path))
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:

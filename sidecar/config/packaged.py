@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from sidecar.errors import ConfigError
 
@@ -30,3 +33,53 @@ def read_config_text(path: Path, what: str, kind: str, fix: str) -> str:
         raise ConfigError(f"cannot read {what} {path}: {exc.strerror or exc}. {fix}") from exc
     except ValueError as exc:  # UnicodeDecodeError: not a text file
         raise ConfigError(f"{path} is not {kind} ({exc})") from None
+
+
+# A YAML alias repeats what it points to wherever it is used: 384 bytes of aliases to aliases
+# stand for millions of values (a "billion laughs"). Loading shares them, but anything that
+# walks or prints the value pays for every repeat (an error message took 10 s and 677 MB:
+# issue 26, item 17). Real configs hold a few thousand values.
+MAX_YAML_VALUES = 200_000
+
+
+def load_yaml(text: str, source: str) -> Any:
+    """`text` as YAML (libyaml's safe loader when present), refused with a ConfigError when it
+    expands, aliases repeated, past MAX_YAML_VALUES values or nests past the interpreter's
+    limit. yaml.YAMLError is left to the caller, which names the file's kind."""
+    try:
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except RecursionError:
+        raise ConfigError(f"{source} nests too deep to read; flatten it") from None
+    values = expanded_size(data)
+    if values > MAX_YAML_VALUES:
+        raise ConfigError(
+            f"{source} expands to over {MAX_YAML_VALUES:,} values (YAML aliases repeat what they "
+            "point to); write the values out instead of aliasing aliases"
+        )
+    return data
+
+
+def expanded_size(data: Any) -> int:
+    """The values in `data` with every repeat counted, by loops memoised per object (linear
+    in the distinct objects); capped just past MAX_YAML_VALUES."""
+    size: dict[int, int] = {}
+    todo: list[tuple[Any, bool]] = [(data, False)]
+    while todo:
+        item, children_done = todo.pop()
+        if id(item) in size:
+            continue
+        kids = _kids(item)
+        if not children_done:
+            todo.append((item, True))
+            todo.extend((k, False) for k in kids if id(k) not in size)
+            continue
+        size[id(item)] = min(1 + sum(size[id(k)] for k in kids), MAX_YAML_VALUES + 1)
+    return size[id(data)]
+
+
+def _kids(item: Any) -> list[Any]:
+    if isinstance(item, dict):
+        return [*item.keys(), *item.values()]
+    if isinstance(item, list | tuple | set):
+        return list(item)
+    return []
