@@ -33,6 +33,8 @@ from sidecar.store.layout import (
     INDEX_NAME,
     MARKERS_DIR,
     PARTS_DIR,
+    SNAPSHOT_NAME,
+    TABLE_NAME,
     SnapshotKind,
     folder_name,
     snapshot_folder,
@@ -46,8 +48,17 @@ INDEX_SCHEMA = 1
 MAX_GAPS = 100
 # What a killed process leaves: the temporary `.<name>.tmp-<pid>` of a write and the
 # `.<name>.del-<pid>` of a delete (every writer names them so: sidecar/store/atomic.py).
-_LEFTOVER = re.compile(r"^\..+\.(?:tmp|del)-(?P<pid>\d+)$")
+_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?:tmp|del)-(?P<pid>\d+)$")
 _SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _writes_here(leftover: str) -> bool:
+    """Whether `.NAME.tmp-PID` / `.NAME.del-PID` names what the store writes in a host folder."""
+    m = _LEFTOVER.match(leftover)
+    return m is not None and (
+        SNAPSHOT_NAME.match(m["name"]) is not None or m["name"] in (INDEX_NAME, TABLE_NAME)
+    )
+
 
 DiskUsage = Callable[[Path], tuple[int, int, int]]  # (total, used, free), as shutil.disk_usage
 
@@ -223,7 +234,11 @@ class SnapshotStore:
         in a container the sidecar is PID 1 on every run); another live process's is kept."""
         removed: list[str] = []
         with self._lock:
-            for path in [*_children(self.dir), *_children(self.dir / PARTS_DIR),
+            # In the host folder only the names the store writes there (a snapshot folder, the
+            # index, the table), not a user's `.notes.tmp-123` (issue 26, item 5); the parts
+            # and markers folders hold nothing but the store's own files.
+            ours = [p for p in _children(self.dir) if _writes_here(p.name)]
+            for path in [*ours, *_children(self.dir / PARTS_DIR),
                          *_children(self.dir / MARKERS_DIR)]:  # fmt: skip
                 m = _LEFTOVER.match(path.name)
                 pid = int(m["pid"]) if m else None

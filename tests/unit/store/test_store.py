@@ -414,6 +414,21 @@ def test_cleanup_temp_removes_what_a_killed_writer_left(tmp_path: Path) -> None:
     assert [e.name for e in store.snapshots()] == [complete.name]  # leftovers were never counted
 
 
+def test_cleanup_temp_leaves_what_the_store_did_not_write(tmp_path: Path) -> None:
+    # Issue 26, item 5: a user's hidden `.precious.tmp-<dead pid>` in the host folder went.
+    folder(tmp_path, name(T0))
+    host = tmp_path / HOST
+    theirs = [host / f".precious.tmp-{DEAD_PID}", host / f".backup.del-{DEAD_PID}"]
+    for path in theirs:
+        path.mkdir()
+        (path / "notes.txt").write_text("keep me")
+    ours = host / f".{name(T0 + 60)}-baseline.tmp-{DEAD_PID}"
+    ours.mkdir()
+    store = SnapshotStore(tmp_path, HOST, NO_LIMITS)
+    assert store.cleanup_temp() == (ours.name,)
+    assert all((p / "notes.txt").read_text() == "keep me" for p in theirs)
+
+
 def test_stack_rows_of_many_snapshots_concatenate_without_joins(tmp_path: Path) -> None:
     """Every Parquet row says where and when it was taken: host, deployment, snapshot, time and
     kind, so a folder of snapshots reads into one table (here pandas) that groups by them."""
