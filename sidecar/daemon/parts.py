@@ -10,6 +10,7 @@ kept schedule its deadlines, a kept controller its rate).
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 from collections.abc import Callable
@@ -46,6 +47,8 @@ from sidecar.vllm_metrics import HttpMetricsSource, MetricsScrape, MetricsSource
 from sidecar.window.pipeline import deployment_of, profile_window
 from sidecar.window.readers import WindowReaders, open_gpu_reader, readers_for, sampler_for
 from sidecar.window.snapshot import Snapshot, build_snapshot
+
+log = logging.getLogger("vllm_sidecar")
 
 
 class Store(Protocol):
@@ -99,10 +102,17 @@ def open_deployment_store(config: Config, deployment: str) -> SnapshotStore:
 
 
 def retention_of(config: Config) -> Retention:
+    """`0` days keeps that kind for ever, as most tools read it (issue 26, item 6: it deleted
+    every earlier snapshot at each write); the size and free-space guards still apply."""
     o = config.output
+    for key, days in (("retention_days", o.retention_days),
+                      ("baseline_retention_days", o.baseline_retention_days)):  # fmt: skip
+        if days == 0:
+            log.warning("output.%s is 0: those snapshots are kept for ever (only output."
+                        "max_total_mb and output.min_free_mb delete them)", key)  # fmt: skip
     return Retention(
-        max_age_s=o.retention_days * 86400,
-        baseline_max_age_s=o.baseline_retention_days * 86400,
+        max_age_s=o.retention_days * 86400 or None,
+        baseline_max_age_s=o.baseline_retention_days * 86400 or None,
         max_total_bytes=int(o.max_total_mb * 2**20),
         min_free_bytes=int(o.min_free_mb * 2**20),
     )
