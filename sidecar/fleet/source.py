@@ -189,7 +189,17 @@ def _with_host(table: pa.Table, host: str) -> pa.Table:
 # ---------------------------------------------------------------------------------- remote
 
 
+# The object stores aggregate reads (s3fs; `memory://` for tests and notebooks). Any other
+# scheme fsspec knows (ftp, http, ...) ended in an internal error (issue 26, item 19).
+REMOTE_SCHEMES = ("s3", "s3a", "memory")
+
+
 def remote_filesystem(source: str) -> tuple[AbstractFileSystem, str]:
+    scheme = source.partition("://")[0].lower()
+    if scheme not in REMOTE_SCHEMES:
+        supported = ", ".join(f"{s}://" for s in REMOTE_SCHEMES)
+        raise ConfigError(f"cannot read {source}: {scheme}:// is not supported ({supported} are); "
+                          f"{SOURCE_HELP}")  # fmt: skip
     try:
         # A fresh instance: fsspec caches them, with the endpoint and credentials of their day.
         fs, root = fsspec.core.url_to_fs(source, skip_instance_cache=True)
@@ -200,6 +210,10 @@ def remote_filesystem(source: str) -> tuple[AbstractFileSystem, str]:
         ) from None
     except ValueError as exc:
         raise ConfigError(f"cannot read {source}: {exc}: {SOURCE_HELP}") from None
+    except Exception as exc:  # a driver that connects while it is made (name lookup, refusal)
+        raise InputError(
+            f"cannot reach {source} ({type(exc).__name__}: {exc}): {SOURCE_HELP}"
+        ) from None
     return fs, str(root).rstrip("/")
 
 

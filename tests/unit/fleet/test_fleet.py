@@ -263,3 +263,10 @@ def test_the_same_in_the_uploaders_layout_keeps_each_deployments_files(
     assert [d.key for d in remote.deployments] == [d.key for d in local.deployments]
     for role, shares in local.fleet.shares.items():
         assert remote.fleet.shares[role] == pytest.approx(shares, abs=1e-12)
+
+
+@pytest.mark.parametrize("source", ["ftp://example.invalid/fleet", "http://127.0.0.1:9/x"])
+def test_a_scheme_aggregate_does_not_read_is_refused_by_name(source: str) -> None:
+    # Issue 26, item 19: `aggregate ftp://...` ended in an internal error (socket.gaierror).
+    with pytest.raises(ConfigError, match=r"is not supported \(s3://, s3a://, memory:// are\)"):
+        load_fleet([source], lambda _: None)
