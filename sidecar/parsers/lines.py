@@ -88,6 +88,7 @@ class Line:
     removed: tuple[str, ...] = ()  # the kinds of prefix read past ("timestamp", ...)
     logger: str | None = None  # the file vLLM's log header names ("core.py")
     joined: bool = False  # split off a line that held several log lines
+    cut: bool = False  # the input line was longer than MAX_LINE and was read up to it
     wrapped: bool = False  # the rest of it was on the next line (a paste wrapped it)
 
 
@@ -144,15 +145,23 @@ def clean_lines(text: str) -> list[Line]:
     # shift the line numbers that warnings report.
     lines: list[Line] = []
     for number, raw in enumerate(text.split("\n"), start=1):
+        cut = len(raw) > MAX_LINE
+        if cut:  # no frame is this long; what is, is read up to the cap (issue 26, item 15)
+            raw = raw[:MAX_LINE]
         parts = _split_joined(_ANSI.sub("", raw))
         for part in parts:
             line = clean_line(number, part, joined=len(parts) > 1)
+            if cut and part is parts[-1]:
+                line = replace(line, cut=True)
             if lines and _continues(lines[-1], line):
                 line = replace(lines[-1], text=lines[-1].text + line.text, wrapped=True)
                 lines[-1] = line
             else:
                 lines.append(line)
     return lines
+
+
+MAX_LINE = 64 * 1024  # characters of one input line that are read
 
 
 def _continues(previous: Line, line: Line) -> bool:
@@ -194,6 +203,11 @@ def pasted_notes(lines: list[Line]) -> list[str]:
         notes.append(
             f"read past a {kind} at the start of {len(set(numbers))} lines (first: line {first});"
             " it is not part of a frame"
+        )
+    cut = sorted({line.number for line in lines if line.cut})
+    if cut:
+        notes.append(
+            f"lines {_ranges(cut)} were over {MAX_LINE:,} characters: each was read up to there"
         )
     wrapped = sorted({line.number for line in lines if line.wrapped})
     if wrapped:

@@ -132,3 +132,11 @@ def test_only_a_regular_file_of_sane_size_is_read(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     with pytest.raises(InputError, match="not a regular file"):
         parse_file(fifo)
+
+
+def test_a_line_past_the_cap_is_read_up_to_it_and_said() -> None:
+    # Issue 26, item 15: a cap on line length, with a warning.
+    text = 'Thread 1 (idle): "MainThread"\n    f (x.py:1)\n' + "a" * 100_000 + "\n    g (y.py:2)\n"
+    result = parse_text(text)
+    assert [f.function for f in result.stacks[0].frames] == ["f", "g"]
+    assert any("over 65,536 characters" in w for w in result.warnings)
