@@ -26,7 +26,8 @@ _CARET_CR = re.compile(r"\^M$")  # a carriage return in caret notation, at the e
 _BARE_ANSI = re.compile(r"\[[0-9;]*m")  # only where a prefix may stand
 _QUOTE = re.compile(r"[ \t]*(?:>[ \t]?)+")  # markdown quotes, nested ("> > ") or not (">> ")
 # vLLM's `_add_prefix` (vllm/utils): "(VllmWorker TP0 pid=9) "; Ray adds ", ip=...".
-_PID_TAG = re.compile(r"\((?P<name>[^()]*?)\s*pid=(?P<pid>\d+)(?:,\s*ip=[^()]*)?\)\s?")
+# (The name is greedy and stripped after: a lazy name before `\s*pid=` was quadratic.)
+_PID_TAG = re.compile(r"\((?P<name>[^()]*)pid=(?P<pid>\d+)(?:,\s*ip=[^()]*)?\)\s?")
 # Newer vLLM simplifies the tag to "(Worker (TP1)) " or "(Engine) ", without a pid.
 _NAME_TAG = re.compile(r"\((?P<name>[A-Z][\w.:-]*(?: \([\w.:-]+\))?)\) ")
 _RANK_TAG = re.compile(r"\[rank(?P<rank>\d+)\]:\s?")  # torchrun / torch.distributed
@@ -115,7 +116,7 @@ def clean_line(number: int, raw: str, *, joined: bool = False) -> Line:
             removed.append("quote mark")
         if found := _match_prefix(text):
             kind, m = found
-            tag.update({key: value for key, value in m.groupdict().items() if value})
+            tag.update({k: v.strip() for k, v in m.groupdict().items() if v and v.strip()})
             text = text[m.end() :]
             removed.append(kind)
         if text == before:
