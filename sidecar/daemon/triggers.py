@@ -193,6 +193,9 @@ class ControlSocket:
             except (ValueError, OSError) as exc:
                 _send(conn, {"error": f"bad request: {exc}"})
                 return
+            except RecursionError:  # a line of JSON nested thousands deep (issue 26, item 16)
+                _send(conn, {"error": "bad request: nested too deep"})
+                return
             done = threading.Event()
             outcome: dict[str, Any] = {}
 

@@ -34,6 +34,8 @@ def read_summary(path: Path) -> SnapshotSummary:
         ) from None
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot read {file}: {exc}") from exc
+    except RecursionError:  # JSON nested thousands deep (issue 26, item 16)
+        raise InputError(f"cannot read {file}: nested too deep to be a summary") from None
     return parse_summary(data, str(file))
 
 

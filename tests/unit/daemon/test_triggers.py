@@ -3,7 +3,9 @@ scrapes, and the control socket's round trip (a Unix socket in this process; no 
 
 from __future__ import annotations
 
+import json
 import re
+import socket
 import threading
 from pathlib import Path
 
@@ -17,7 +19,8 @@ from sidecar.daemon.triggers import (
     request_snapshot,
     socket_path,
 )
-from sidecar.errors import TriggerError
+from sidecar.errors import InputError, TriggerError
+from sidecar.store.summary_io import read_summary
 from sidecar.vllm_metrics import MetricsScrape, parse_scrape
 
 METRICS = Path(__file__).resolve().parents[2] / "fixtures" / "metrics"
@@ -152,3 +155,24 @@ def test_a_full_queue_refuses_with_a_reason() -> None:
         TriggerRequest(cause_now(CauseKind.SIGNAL, "SIGUSR1"), lambda p, e: said.append(e))
     )
     assert said and "already taking" in str(said[0])
+
+
+def test_a_request_nested_thousands_deep_is_a_bad_request(tmp_path: Path) -> None:
+    # Issue 26, item 16: the handler thread died on RecursionError, answering nothing.
+    server = ControlSocket(socket_path(None, tmp_path), TriggerQueue(), wait_s=10)
+    server.start()
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(10)
+            conn.connect(str(tmp_path / "control.sock"))
+            conn.sendall(b"[" * 5000 + b"]" * 5000 + b"\n")
+            reply = json.loads(conn.makefile().readline())
+        assert reply == {"error": "bad request: nested too deep"}
+    finally:
+        server.close()
+
+
+def test_a_summary_nested_thousands_deep_is_an_input_error(tmp_path: Path) -> None:
+    (tmp_path / "summary.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(InputError, match="nested too deep"):
+        read_summary(tmp_path)
