@@ -205,24 +205,27 @@ def pasted_notes(lines: list[Line]) -> list[str]:
             f"read past a {kind} at the start of {len(set(numbers))} lines (first: line {first});"
             " it is not part of a frame"
         )
-    cut = sorted({line.number for line in lines if line.cut})
-    if cut:
-        notes.append(
-            f"lines {_ranges(cut)} were over {MAX_LINE:,} characters: each was read up to there"
-        )
-    wrapped = sorted({line.number for line in lines if line.wrapped})
-    if wrapped:
-        notes.append(
-            f"lines {_ranges(wrapped)} were cut inside a path and went on on the next line "
-            "(a wrapped paste): read as one line each"
-        )
-    joined = sorted({line.number for line in lines if line.joined})
-    if joined:
-        notes.append(
-            f"lines {_ranges(joined)} each held several log lines (a paste that lost its "
-            "newlines): split before each `(Name pid=N)` tag"
-        )
+    for flag, what in _LINE_NOTES:
+        numbers = sorted({line.number for line in lines if getattr(line, flag)})
+        if numbers:
+            notes.append(f"lines {_ranges(numbers)} {what}")
     return notes
+
+
+# What a Line's flag says was done to its input line, in the order the notes come.
+_LINE_NOTES = (
+    ("cut", f"were over {MAX_LINE:,} characters: each was read up to there"),
+    (
+        "wrapped",
+        "were cut inside a path and went on on the next line (a wrapped paste): read as "
+        "one line each",
+    ),
+    (
+        "joined",
+        "each held several log lines (a paste that lost its newlines): split before each "
+        "`(Name pid=N)` tag",
+    ),
+)
 
 
 # Markdown quotes are how pastes always look, and a process tag is kept as the stack's process
