@@ -23,6 +23,8 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
+from sidecar.config.packaged import distinct_postorder
+
 Value = float | bool | None
 Lookup = Callable[[str], float | None]
 
@@ -127,16 +129,7 @@ def check_bounds(node: Node) -> None:
     distinct nodes, whatever the expansion."""
     depth: dict[int, int] = {}
     size: dict[int, int] = {}
-    todo: list[tuple[Node, bool]] = [(node, False)]
-    while todo:
-        current, children_done = todo.pop()
-        if id(current) in size:
-            continue
-        kids = _children(current)
-        if not children_done:
-            todo.append((current, True))
-            todo.extend((k, False) for k in kids if id(k) not in size)
-            continue
+    for current, kids in distinct_postorder(node, _children):
         depth[id(current)] = 1 + max((depth[id(k)] for k in kids), default=0)
         size[id(current)] = 1 + sum(size[id(k)] for k in kids)
         if depth[id(current)] > MAX_DEPTH:

@@ -5,8 +5,9 @@ install). One place, so that moving a module cannot silently send a lookup to `s
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -60,21 +61,36 @@ def load_yaml(text: str, source: str) -> Any:
 
 
 def expanded_size(data: Any) -> int:
-    """The values in `data` with every repeat counted, by loops memoised per object (linear
-    in the distinct objects); capped just past MAX_YAML_VALUES."""
+    """The values in `data` with every repeat counted (linear in the distinct objects);
+    capped just past MAX_YAML_VALUES."""
     size: dict[int, int] = {}
-    todo: list[tuple[Any, bool]] = [(data, False)]
-    while todo:
-        item, children_done = todo.pop()
-        if id(item) in size:
-            continue
-        kids = _kids(item)
-        if not children_done:
-            todo.append((item, True))
-            todo.extend((k, False) for k in kids if id(k) not in size)
-            continue
+    for item, kids in distinct_postorder(data, _kids):
         size[id(item)] = min(1 + sum(size[id(k)] for k in kids), MAX_YAML_VALUES + 1)
     return size[id(data)]
+
+
+T = TypeVar("T")
+
+
+def distinct_postorder(
+    root: T, children: Callable[[T], Sequence[T]]
+) -> Iterator[tuple[T, Sequence[T]]]:
+    """Each distinct object under `root` (by identity) once with its children, children before
+    their parents: what a size or depth over shared parts (YAML aliases, an advice define used
+    twice) is folded over. A loop, not recursion, so that no depth raises RecursionError."""
+    done: set[int] = set()
+    todo: list[tuple[T, bool]] = [(root, False)]
+    while todo:
+        item, children_done = todo.pop()
+        if id(item) in done:
+            continue
+        kids = children(item)
+        if not children_done:
+            todo.append((item, True))
+            todo.extend((k, False) for k in kids if id(k) not in done)
+            continue
+        done.add(id(item))
+        yield item, kids
 
 
 def _kids(item: Any) -> list[Any]:
