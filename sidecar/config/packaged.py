@@ -51,7 +51,13 @@ def load_yaml(text: str, source: str) -> Any:
         data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except RecursionError:
         raise ConfigError(f"{source} nests too deep to read; flatten it") from None
-    values = expanded_size(data)
+    try:
+        values = expanded_size(data)
+    except CycleError:  # it walked for ever, growing, before (issue 26, item 17)
+        raise ConfigError(
+            f"{source} holds a value that contains itself (an alias inside its own anchor); "
+            "write the value out"
+        ) from None
     if values > MAX_YAML_VALUES:
         raise ConfigError(
             f"{source} expands to over {MAX_YAML_VALUES:,} values (YAML aliases repeat what they "
@@ -72,6 +78,10 @@ def expanded_size(data: Any) -> int:
 T = TypeVar("T")
 
 
+class CycleError(ValueError):
+    """distinct_postorder met an object inside itself (`a: &a [1, *a]` in YAML)."""
+
+
 def distinct_postorder(
     root: T, children: Callable[[T], Sequence[T]]
 ) -> Iterator[tuple[T, Sequence[T]]]:
@@ -79,6 +89,7 @@ def distinct_postorder(
     their parents: what a size or depth over shared parts (YAML aliases, an advice define used
     twice) is folded over. A loop, not recursion, so that no depth raises RecursionError."""
     done: set[int] = set()
+    started: set[int] = set()  # expanded, its children not all done yet
     todo: list[tuple[T, bool]] = [(root, False)]
     while todo:
         item, children_done = todo.pop()
@@ -86,6 +97,9 @@ def distinct_postorder(
             continue
         kids = children(item)
         if not children_done:
+            if id(item) in started:  # met again under itself
+                raise CycleError("a value contains itself")
+            started.add(id(item))
             todo.append((item, True))
             todo.extend((k, False) for k in kids if id(k) not in done)
             continue

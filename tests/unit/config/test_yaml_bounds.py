@@ -47,3 +47,9 @@ def test_sizes_count_repeats_once_per_use() -> None:
     assert expanded_size({"x": shared, "y": shared}) == 1 + 2 + 2 * 4
     assert expanded_size([[0] * 10] * 10) == 1 + 10 * 11
     assert expanded_size(list(range(MAX_YAML_VALUES + 5))) == MAX_YAML_VALUES + 1
+
+
+def test_a_value_that_contains_itself_is_refused() -> None:
+    # `&a [1, *a]` makes a list that holds itself; counting its values never ended.
+    with pytest.raises(ConfigError, match="contains itself"):
+        load_yaml("a: &a [1, *a]\n", "loop.yaml")
