@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv vllm-env browser prometheus lint unit integration test test-like-ci demo bench bench-continuous bench-pyspy bench-trend bench-fleet bench-upload soak noise record-diff matrix validate-deploy schema dashboard clean
+.PHONY: venv vllm-env browser prometheus lint unit integration test test-like-ci demo bench bench-continuous bench-pyspy bench-trend bench-fleet bench-upload soak noise freeze-check record-diff matrix validate-deploy schema dashboard clean
 
 venv: $(STAMP)
 
@@ -82,6 +82,11 @@ soak: vllm-env
 # Re-measure the live tests' noise on this machine (about 15 min); commit the new record.
 noise: vllm-env
 	$(BIN)/python benchmarks/noise.py
+
+# Freeze the real vLLM's EngineCore 13 times under load, then watch it idle 10 min (about 25
+# min); the record (tests/fixtures/freeze/freeze-check.json) is checked by the unit tests.
+freeze-check: vllm-env
+	$(BIN)/python -m devtools.freeze_check
 
 # Record real windows for `diff` (about 15 min): steady pairs, another workload, another flag.
 record-diff: vllm-env

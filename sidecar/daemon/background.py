@@ -23,6 +23,7 @@ from sidecar.daemon.hang import (
     StallJudge,
     Verdict,
     dumps_of,
+    held_after_s,
     stall_line,
 )
 from sidecar.daemon.parts import WRITE_LOCK, Parts, WindowResult, real_collector
@@ -130,7 +131,9 @@ class AlwaysOn:
         self._watch = HangWatch(
             processes=target.processes, metrics=metrics, dump=self._dump(parts),
             procfs=parts.procfs, classifier=parts.classifier,
-            judge=StallJudge(h.stack_after_s, h.stall_after_s), check_s=h.check_s,
+            judge=StallJudge(h.stack_after_s, h.stall_after_s,
+                             held_after_s(parts.procfs, target.processes)),
+            check_s=h.check_s,
             on_stall=self._on_stall, on_clear=self._on_clear, on_verdict=self._on_verdict,
             on_scrape=self._on_scrape, clock=self.clock, dumps=h.enabled,
         )  # fmt: skip

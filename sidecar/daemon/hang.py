@@ -31,7 +31,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from sidecar.classify.classifier import Classifier
@@ -39,6 +39,7 @@ from sidecar.parsers import InputFormat, parse_text
 from sidecar.records import ProcessInfo, Role, StackSample
 from sidecar.sampling.pyspy import last_line
 from sidecar.target.procfs import ProcFs
+from sidecar.target.sockets import client_connections
 from sidecar.vllm_metrics import MetricsScrape, MetricsSource, take_scrape
 from sidecar.vllm_metrics.figures import (
     GENERATION_TOKENS,
@@ -71,6 +72,10 @@ class Progress:
     at: float  # monotonic
     pending: float | None  # requests running + waiting; None: not read
     count: float | None  # tokens, steps and finished requests so far; None: not read
+    # Clients' connections the API server has kept open while the counters sat still: how
+    # many, and how long the oldest has been seen (None: not read, see `HangWatch`).
+    held: int = 0
+    held_s: float | None = None
 
 
 # What the watch and the latency triggers read: the rest of vLLM's text is not parsed.
@@ -114,18 +119,34 @@ class Verdict:
 
 @dataclass
 class StallJudge:
-    """The stall decision over successive readings (pure: times are the readings')."""
+    """The stall decision over successive readings (pure: times are the readings').
+
+    Work is pending when vLLM's gauges say requests run or wait, or when clients' connections
+    have stayed open for `held_after_s` while no counter moved: the server closes a connection
+    left idle for its keep-alive timeout (vLLM: 5 s), so one open longer than that with no
+    request finished carries a request not yet answered. The gauges alone are the engine's
+    last scheduler stats: an engine frozen between two batches leaves them at 0 for ever.
+    """
 
     stack_after_s: float
     stall_after_s: float
+    held_after_s: float = 10.0
     _count: float | None = None
     _moved_at: float | None = None
     _stacks: tuple[object, ...] | None = None
     _same_since: float | None = None
 
+    def flat(self, p: Progress) -> bool:
+        """Whether the counters sit where the last reading left them."""
+        return p.count is not None and p.count == self._count
+
+    def held(self, p: Progress) -> bool:
+        """Whether clients' connections have waited long enough to carry requests."""
+        return bool(p.held) and p.held_s is not None and p.held_s >= self.held_after_s
+
     def suspect(self, p: Progress) -> bool:
         """Whether this reading calls for dumps: work pending and the counters where they were."""
-        return bool(p.pending) and p.count is not None and p.count == self._count
+        return self.flat(p) and (bool(p.pending) or self.held(p))
 
     def observe(self, p: Progress, stacks: tuple[object, ...] | None = None) -> Verdict:
         """`stacks`: the engine processes' main-thread stacks now, when dumped (None: not)."""
@@ -133,28 +154,54 @@ class StallJudge:
             self._count, self._moved_at = None, None
             self._stacks = self._same_since = None
             return Verdict(State.UNKNOWN, why="vLLM's /metrics could not be read")
-        if self._count is None or p.count != self._count or p.pending <= 0:
+        moved = not self.flat(p)
+        if moved or not (p.pending > 0 or self.held(p)):
             self._count, self._moved_at = p.count, p.at
             self._stacks = self._same_since = None
-            state = State.IDLE if p.pending <= 0 else State.OK
+            state = State.OK if moved and p.pending > 0 else State.IDLE
             return Verdict(state, pending=p.pending)
         assert self._moved_at is not None
+        if p.pending <= 0 and p.held_s is not None:  # waiting since the oldest connection came
+            self._moved_at = min(self._moved_at, p.at - p.held_s)
         flat = p.at - self._moved_at
         if stacks is not None and stacks != self._stacks:
             self._stacks, self._same_since = stacks, p.at
         same = p.at - self._same_since if self._same_since is not None else 0.0
+        work = (f"{p.pending:.0f} requests running or waiting" if p.pending > 0 else
+                f"{p.held} client connections held open for up to {p.held_s or 0:.0f} s "
+                f"(vLLM's gauges say none running or waiting)")  # fmt: skip
         if flat >= self.stall_after_s:
-            why = (f"no token, step or finished request for {flat:.0f} s with "
-                   f"{p.pending:.0f} requests running or waiting "
+            why = (f"no token, step or finished request for {flat:.0f} s with {work} "
                    f"(hang.stall_after_s: {self.stall_after_s:g} s)")  # fmt: skip
             return Verdict(State.STALLED, flat, same, p.pending, why)
         if self._same_since is not None and same >= self.stack_after_s:
             why = (f"the engine's main-thread stack unchanged for {same:.0f} s and no step for "
-                   f"{flat:.0f} s with {p.pending:.0f} requests running or waiting "
+                   f"{flat:.0f} s with {work} "
                    f"(hang.stack_after_s: {self.stack_after_s:g} s)")  # fmt: skip
             return Verdict(State.STALLED, flat, same, p.pending, why)
         return Verdict(State.LONG_STEP, flat, same, p.pending,
                        f"one step running for {flat:.0f} s")  # fmt: skip
+
+
+# vLLM's API server (uvicorn) closes a connection left idle this long after its last answer
+# (VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s by default); a connection open longer than that, plus a
+# margin for the timer, with no request finished, carries a request not yet answered.
+KEEP_ALIVE_ENV, KEEP_ALIVE_S, KEEP_ALIVE_MARGIN_S = "VLLM_HTTP_TIMEOUT_KEEP_ALIVE", 5.0, 2.0
+
+
+def held_after_s(procfs: ProcFs, processes: tuple[ProcessInfo, ...]) -> float:
+    """How long a client's connection must stay open with nothing moving to count as a request
+    waiting: the API server's keep-alive timeout (its environment's, else vLLM's default) plus
+    the margin."""
+    for proc in processes:
+        if proc.role is Role.API_SERVER:
+            value = (procfs.environ(proc.pid) or {}).get(KEEP_ALIVE_ENV, "")
+            try:
+                if float(value) > 0:
+                    return float(value) + KEEP_ALIVE_MARGIN_S
+            except ValueError:
+                continue
+    return KEEP_ALIVE_S + KEEP_ALIVE_MARGIN_S
 
 
 # ------------------------------------------------------------------------------ the watch
@@ -223,9 +270,14 @@ class HangWatch:
     clock: Callable[[], float] = time.monotonic
     scrape: Callable[[MetricsSource], MetricsScrape] = field(default=lambda s: watch_scrape(s))
     dumps: bool = True  # False: the scrapes alone, for the latency trigger (hang.enabled off)
+    # pid -> the clients' connections it holds (socket inodes); None: unreadable. Default: read
+    # under `procfs`'s root (sidecar/target/sockets.py).
+    connections: Callable[[int], frozenset[int] | None] | None = None
     stop: threading.Event = field(default_factory=threading.Event)
     stall: Stall | None = None
     _thread: threading.Thread | None = None
+    _seen: dict[tuple[int, int], float] = field(default_factory=dict)  # connection -> first seen
+    _unreadable_said: bool = False
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self.run, name="hang-watch", daemon=True)
@@ -255,6 +307,7 @@ class HangWatch:
         p = progress_of(scrape)
         if not self.dumps:  # hang detection off: the scrape was for the latency trigger
             return Verdict(State.UNKNOWN, why="hang detection is off (hang.enabled)")
+        p = self.with_connections(p) if self.judge.flat(p) else self.forget_connections(p)
         threads = self.main_threads() if self.judge.suspect(p) else None
         stacks = tuple(t.frames for t in threads) if threads is not None else None
         verdict = self.judge.observe(p, stacks)
@@ -270,6 +323,37 @@ class HangWatch:
                                self.stall.process_state)  # fmt: skip
         self.on_verdict(verdict, self.stall)
         return verdict
+
+    def with_connections(self, p: Progress) -> Progress:
+        """P with the clients' connections the API server processes have held open since the
+        counters last moved (a connection is timed from the first check that saw it)."""
+        read = self.connections or (lambda pid: client_connections(self.procfs.root, pid))
+        now: set[tuple[int, int]] = set()
+        unreadable = []
+        for proc in self.processes:
+            if proc.role is not Role.API_SERVER:
+                continue
+            found = read(proc.pid)
+            if found is None:
+                unreadable.append(proc.pid)
+                continue
+            now.update((proc.pid, inode) for inode in found)
+        if unreadable and not now:
+            if not self._unreadable_said:
+                self._unreadable_said = True
+                log.warning("hang watch: the API server's connections cannot be read "
+                            "(/proc/%s/fd needs ptrace-read access, as py-spy does): work "
+                            "pending is judged from vLLM's gauges alone, which an engine frozen "
+                            "between two batches leaves at 0", unreadable[0])  # fmt: skip
+            return p
+        self._seen = {key: self._seen.get(key, p.at) for key in now}
+        oldest = min(self._seen.values(), default=p.at)
+        return replace(p, held=len(now), held_s=p.at - oldest)
+
+    def forget_connections(self, p: Progress) -> Progress:
+        """The counters moved: connections are timed afresh from the next flat check."""
+        self._seen = {}
+        return p
 
     def main_threads(self) -> tuple[MainThread, ...]:
         """Each engine process's main thread now (`py-spy dump --nonblocking`: never paused)."""

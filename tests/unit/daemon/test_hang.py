@@ -201,3 +201,104 @@ def test_the_stall_line_says_what_the_kernel_says_of_the_process(state: str, wor
                             state))  # fmt: skip
     assert line.startswith("engine_core 7 stalled in f (a.py:1)") and words in line
     assert Progress(0, 1, 1).pending == 1
+
+
+# ---------------------------------------------------------------- a freeze between two batches
+# Issue 26, item 20: an EngineCore frozen after one batch ends and before the clients' next
+# requests reach it leaves vLLM's gauges at 0 for ever. The clients' connections the API server
+# holds open are the evidence it cannot freeze (tests/fixtures/sockets: recorded from a real
+# API server with its EngineCore stopped and two completions sent).
+
+SOCKETS = FIXTURES / "sockets"
+API = _process(4415, Role.API_SERVER, "python -m vllm.entrypoints.openai.api_server")
+
+
+def recorded_connections(moment: str) -> frozenset[int]:
+    from sidecar.target.sockets import parse_net_tcp, served_connections, socket_inodes
+
+    tables = [parse_net_tcp((SOCKETS / f"{moment}-net-tcp{v}.txt").read_text()) for v in ("", "6")]
+    fds = [
+        line.split(" ", 1)[1] for line in (SOCKETS / f"{moment}-fd.txt").read_text().splitlines()
+    ]
+    return served_connections([s for t in tables for s in t], socket_inodes(fds))
+
+
+def test_the_api_servers_open_client_connections_are_read_from_its_proc_tables() -> None:
+    # two completions waiting on the frozen engine; none once answered (the listening socket,
+    # vLLM's own ZMQ and the other processes' loopback sockets are not clients' connections)
+    assert recorded_connections("frozen") == {205938, 205942}
+    assert recorded_connections("idle") == frozenset()
+
+
+def test_connections_held_with_the_gauges_at_zero_are_work_and_a_frozen_stack_a_stall() -> None:
+    judge = StallJudge(stack_after_s=30, stall_after_s=120, held_after_s=7)
+    assert judge.observe(progress_of(scrape(BEFORE, 0.0, running=0, waiting=0))).state is State.IDLE
+    # the clients' next requests are held: too young at 5 and 10 s (a keep-alive connection the
+    # server may not have closed yet), work from 15 s, timed from when first seen (5 s)
+    for t in (5.0, 10.0):
+        young = Progress(t, 0.0, progress_of(scrape(BEFORE, t)).count, held=2, held_s=t - 5.0)
+        assert not judge.suspect(young) and judge.observe(young).state is State.IDLE
+    states = []
+    for t in range(15, 55, 5):
+        p = Progress(float(t), 0.0, young.count, held=2, held_s=t - 5.0)
+        assert judge.suspect(p)
+        states.append((t, judge.observe(p, ("waiting for input",))))
+    assert [v.state for _, v in states[:6]] == [State.LONG_STEP] * 6
+    assert states[0][1].flat_s == 10.0  # waiting since the connections were first seen
+    t, raised = states[6]
+    assert raised.state is State.STALLED and t == 45  # the stack unchanged for 30 s
+    assert "2 client connections held open" in raised.why and "gauges say none" in raised.why
+    # answered: the counters moved, the gauges still at 0
+    assert judge.observe(progress_of(scrape(AFTER, 50.0))).state is State.IDLE
+
+
+def test_an_idle_server_without_connections_never_dumps_nor_stalls() -> None:
+    judge = StallJudge(stack_after_s=5, stall_after_s=20, held_after_s=7)
+    count = progress_of(scrape(AFTER, 0.0)).count
+    for t in range(0, 600, 5):
+        p = Progress(float(t), 0.0, count, held=0, held_s=0.0)
+        assert not judge.suspect(p) and judge.observe(p).state is State.IDLE
+
+
+def test_the_watch_raises_a_freeze_between_batches_from_the_held_connections() -> None:
+    dumped: list[int] = []
+
+    def dump(pid: int, native: bool) -> tuple[int, str]:
+        dumped.append(pid)
+        return recorded_dump(pid, native)
+
+    # vLLM's gauges at 0 and its counters flat in every scrape: the frozen engine's last stats
+    feed = iter([scrape(AFTER, float(t), running=0, waiting=0) for t in range(0, 60, 5)])
+    connections = {API.pid: recorded_connections("frozen")}
+    raised: list[object] = []
+    watch = HangWatch(processes=(API, ENGINE), metrics=None,  # type: ignore[arg-type]
+                      dump=dump, procfs=FakeProcFs({ENGINE.pid: "T"}),  # type: ignore[arg-type]
+                      classifier=Classifier(load_rules(None)),
+                      judge=StallJudge(stack_after_s=20, stall_after_s=120, held_after_s=7),
+                      on_stall=raised.append, scrape=lambda source: next(feed),
+                      connections=connections.get)  # fmt: skip
+    states = [watch.check().state for _ in range(12)]
+    # connections first seen at 5 s, work from 15 s (held 10 s >= 7 s), dumps from then, the
+    # same stack for 20 s: raised at 35 s
+    assert states[:3] == [State.IDLE] * 3 and states[3:7] == [State.LONG_STEP] * 4
+    assert states[7:] == [State.STALLED] * 5 and len(raised) == 1
+    assert dumped and API.pid not in dumped  # only the engine's stacks are dumped
+    line = stall_line(raised[0])  # type: ignore[arg-type]
+    assert line.startswith(f"engine_core {ENGINE.pid} stalled in ") and "stopped" in line
+    assert "2 client connections held open" in line
+
+
+def test_held_after_s_is_the_api_servers_keep_alive_plus_a_margin() -> None:
+    from sidecar.daemon.hang import held_after_s
+
+    class Env:
+        def __init__(self, env: dict[str, str] | None) -> None:
+            self.env = env
+
+        def environ(self, pid: int) -> dict[str, str] | None:
+            return self.env
+
+    assert held_after_s(Env({}), (API, ENGINE)) == 7.0  # type: ignore[arg-type]
+    assert held_after_s(Env(None), (API,)) == 7.0  # type: ignore[arg-type]
+    assert held_after_s(Env({"VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "30"}), (API,)) == 32.0  # type: ignore[arg-type]
+    assert held_after_s(Env({"VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "x"}), (API,)) == 7.0  # type: ignore[arg-type]
