@@ -2,6 +2,10 @@
 
 Rules are data (docs/STYLE.md, point 3): when vLLM renames a function, the YAML changes and this
 module does not. Every error names the rule and the key at fault.
+
+A rules file's regexes (`function_re:`) run on RE2, in time linear in the name, and a file is
+tried on sample frames when loaded: one too slow for the daemon's loop is refused (issue 26,
+item 14).
 """
 
 from __future__ import annotations
@@ -10,13 +14,15 @@ import fnmatch
 import functools
 import hashlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
 
+import re2  # google-re2: the rules' regexes, in linear time
 import yaml
 
 from sidecar.config.packaged import load_yaml, packaged_config, read_config_text
@@ -54,11 +60,24 @@ _ROLE_KEYS = frozenset({"role", "frames"})
 
 
 @dataclass(frozen=True, slots=True)
+class FunctionRegex:
+    """A `function_re:` as RE2 runs it (`_regex`); compared and hashed by its pattern."""
+
+    pattern: str
+    compiled: Any = field(compare=False, repr=False)
+
+    def search(self, function: str) -> bool:
+        # Bytes: re2's str path maps every offset back to characters. A lone surrogate (a name
+        # decoded with surrogateescape) passes as bytes that match no letter, not an error.
+        return self.compiled.search(function.encode("utf-8", "surrogatepass")) is not None
+
+
+@dataclass(frozen=True, slots=True)
 class FrameSpec:
     """What one frame must look like, and the context it must sit in."""
 
     functions: frozenset[str] | None  # None: any function
-    function_re: re.Pattern[str] | None
+    function_re: FunctionRegex | None
     file_glob: str | None  # None: any file
     native: bool | None
     under: tuple[FrameSpec, ...] = ()  # some frame root-ward matches one of these
@@ -216,10 +235,76 @@ def default_rules_path() -> Path:
     return packaged_config(RULES_FILENAME)
 
 
-def load_rules(path: Path | None = None) -> RuleSet:
+# How long matching the sample frames may take a rules file when it is loaded. The built-in
+# file takes about 10 ms; the daemon matches each distinct frame it sees this way (memoised), in
+# its loop, which must not stall on a file that takes seconds.
+LOAD_BUDGET_S = 2.0
+_LONG = "a" * 500  # a long run of word characters, where nested repeats blow up
+# Frames of the kinds the daemon sees in every window (vLLM's Python frames, the standard
+# library's, native CUDA, NCCL, C++ and libc symbols), and long names, where a slow pattern shows.
+_SAMPLE_FRAMES = (
+    Frame("EngineCoreProc.run_busy_loop", "vllm/v1/engine/core.py"),
+    Frame("Scheduler.schedule", "vllm/v1/core/sched/scheduler.py"),
+    Frame("GPUModelRunner.execute_model", "vllm/v1/worker/gpu_model_runner.py"),
+    Frame("LlamaForCausalLM.forward", "vllm/model_executor/models/llama.py"),
+    Frame("MessageQueue.acquire_read", "vllm/distributed/device_communicators/shm_broadcast.py"),
+    Frame("MPClient.start_engine_core_monitor.<locals>.monitor_engine_cores",
+          "vllm/v1/engine/core_client.py"),
+    Frame("OpenAIServingChat.chat_completion_stream_generator",
+          "/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/openai/serving_chat.py"),
+    Frame("Condition.wait", "/usr/lib/python3.12/threading.py"),
+    Frame("Thread._bootstrap_inner", "threading.py"),
+    Frame("_PollLikeSelector.select", "selectors.py"),
+    Frame("Runner.run", "asyncio/runners.py"),
+    Frame("<module>", "<string>"),
+    Frame("cudaStreamSynchronize", "libcudart.so.12", native=True),
+    Frame("ncclAllReduce", "libnccl.so.2", native=True),
+    Frame("at::native::cpu_kernel_vec<at::native::(anonymous namespace)::add_kernel(at::"
+          "TensorIteratorBase&, c10::Scalar const&)::{lambda()#1}>", "libtorch_cpu.so",
+          native=True),
+    Frame("__GI___poll", "libc.so.6", native=True),
+    *(Frame(name, file, native=native)
+      for name in (_LONG, _LONG + "!", "_".join([_LONG[:20]] * 25), "::".join(["ns"] * 200))
+      for file, native in (("/".join(["pkg"] * 60) + "/mod.py", False), ("libx.so", True))),
+)  # fmt: skip
+
+
+def check_load_time(
+    rules: RuleSet, clock: Callable[[], float] = time.perf_counter, budget_s: float = LOAD_BUDGET_S
+) -> None:
+    """A ConfigError when matching the sample frames against every frame spec of RULES (the
+    rules, the roles, the fork boundaries, the ground truth) takes over `budget_s`, checked
+    after each frame: a file that slow would stall the daemon on each frame it has not seen."""
+    start = clock()
+    for done, frame in enumerate(_SAMPLE_FRAMES, 1):
+        rules._match(frame)
+        rules.ground_truth.spins((frame,))
+        rules.ground_truth.loop_leaf(frame)
+        if (spent := clock() - start) > budget_s:
+            raise ConfigError(
+                f"{rules.source}: matching {done} of {len(_SAMPLE_FRAMES)} sample frames took "
+                f"{spent:.1f} s, over {budget_s:g} s: the daemon matches every frame it has not "
+                "seen this way, in its loop. Use fewer frame specs, or fewer and simpler "
+                "`function_re:` patterns (names listed under `function:` cost least)"
+            )
+
+
+def load_rules(
+    path: Path | None = None,
+    *,
+    clock: Callable[[], float] = time.perf_counter,
+    budget_s: float = LOAD_BUDGET_S,
+) -> RuleSet:
+    """The rules of PATH (None: the built-in file). A file given is timed on sample frames
+    (`check_load_time`): one too slow for the daemon's loop is refused."""
+    given = path is not None
     path = path or default_rules_path()
     fix = "Pass --rules with a readable file, or omit it to use the built-in rules."
-    return parse_rules(read_config_text(path, "rules file", "a rules file", fix), source=str(path))
+    text = read_config_text(path, "rules file", "a rules file", fix)
+    rules = parse_rules(text, source=str(path))
+    if given:
+        check_load_time(rules, clock, budget_s)
+    return rules
 
 
 def parse_rules(text: str, source: str = "<rules>") -> RuleSet:
@@ -239,9 +324,10 @@ def parse_rules(text: str, source: str = "<rules>") -> RuleSet:
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ConfigError(f"{source}: rule names must be unique; repeated: {dupes}")
-    roles = tuple(_parse_role(raw, source) for raw in data.get("roles") or ())
+    roles = tuple(_parse_role(raw, source) for raw in _list(data.get("roles"), f"{source}: roles"))
     forks = tuple(
-        _parse_spec(s, f"{source}: fork_boundaries") for s in data.get("fork_boundaries") or ()
+        _parse_spec(s, f"{source}: fork_boundaries")
+        for s in _list(data.get("fork_boundaries"), f"{source}: fork_boundaries")
     )
     version = data.get("version")
     return RuleSet(rules=rules, roles=roles, fork_boundaries=forks, source=source,
@@ -291,7 +377,7 @@ def _parse_rule(raw: Any, index: int, source: str) -> Rule:
         waiting_phase=_optional_enum(Phase, raw.get("waiting_phase"), f"{where}: waiting_phase"),
         stage=_optional_enum(Stage, raw.get("stage"), f"{where}: stage"),
         anywhere=_flag(raw, "anywhere", where),
-        versions=tuple(str(v) for v in raw.get("versions") or ()),
+        versions=tuple(str(v) for v in _list(raw.get("versions"), f"{where}: versions")),
     )
 
 
@@ -336,6 +422,15 @@ def _parse_role(raw: Any, source: str) -> RoleRule:
     return RoleRule(role=role, frames=tuple(_parse_spec(s, where) for s in frames))
 
 
+def _list(raw: Any, where: str) -> list[Any]:
+    """RAW as a list: absent or empty is [], a list is itself; anything else is refused."""
+    if not raw:
+        return []
+    if not isinstance(raw, list):
+        raise ConfigError(f"{where}: expected a list, got {type(raw).__name__} {str(raw)[:40]!r}")
+    return raw
+
+
 def _specs(raw: Any, where: str) -> tuple[FrameSpec, ...]:
     if raw is None:
         return ()
@@ -353,13 +448,76 @@ def _functions(raw: Any, where: str) -> frozenset[str] | None:
     raise ConfigError(f"{where}: `function:` must be a name or a list of names, got {raw!r}")
 
 
-def _regex(raw: Any, where: str) -> re.Pattern[str] | None:
+# `function_re:` runs on RE2 (google-re2), whose time is linear in the name whatever the
+# pattern: Python's `re` backtracks, and `(\w+)+!` took 10 s on a 26-character name in the
+# daemon's loop (issue 26, item 14). The syntax is Python's, checked with `re` first so that a
+# typo reads as it always did, less what RE2 cannot run: refused at load, naming the construct.
+# RE2's `\w`, `\d` and `\b` are ASCII (function names are).
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # a refusal is a ConfigError, not a line on stderr
+_RE2_OPTIONS.never_capture = True  # whether it matches, nothing more
+_NO_BACKTRACKING = "drop the `{0}`: RE2 never backtracks, so there is nothing to prevent"
+_REWRITE = ("rewrite the pattern without it: list the names under `function:`, or add a second "
+            "frame spec (a rule matches a frame that any of its specs matches)")  # fmt: skip
+# RE2's error, by its start, for a construct Python's syntax has and RE2 lacks; the fix.
+_NOT_IN_RE2 = (
+    ("invalid perl operator: (?=", "a lookahead `(?=...)`", _REWRITE),
+    ("invalid perl operator: (?!", "a negative lookahead `(?!...)`", _REWRITE),
+    ("invalid perl operator: (?<=", "a lookbehind `(?<=...)`", _REWRITE),
+    ("invalid perl operator: (?<!", "a negative lookbehind `(?<!...)`", _REWRITE),
+    ("invalid perl operator: (?P", "a backreference `(?P=name)`", _REWRITE),  # RE2 has (?P<
+    ("invalid perl operator: (?(", "a conditional group `(?(1)...)`", _REWRITE),
+    ("invalid perl operator: (?>", "an atomic group `(?>...)`", _NO_BACKTRACKING.format("?>")),
+    ("bad repetition operator", "a possessive quantifier (`*+`, `++`, `?+`)",
+     _NO_BACKTRACKING.format("+")),
+    ("invalid perl operator: (?#", "a comment `(?#...)`", "remove it"),
+    ("invalid perl operator: (?x", "the verbose flag `(?x)`", "remove it, with the spaces"),
+    ("invalid perl operator: (?a", "the ASCII flag `(?a)`",
+     "remove it: RE2's \\w, \\d and \\b are ASCII already"),
+    ("invalid escape sequence: \\Z", "`\\Z`", "write `$` (the end of the name)"),
+    ("invalid escape sequence: \\u", "a `\\u` escape", "write the character itself"),
+    ("invalid escape sequence: \\U", "a `\\U` escape", "write the character itself"),
+    ("invalid escape sequence: \\N", "a `\\N{...}` escape", "write the character itself"),
+    ("invalid repetition size", "a repeat count over 1000", "use `+` or `*`"),
+    ("pattern too large", "more than RE2 compiles in its 8 MiB",
+     "split it over several frame specs"),
+)  # fmt: skip
+_OPEN_REPEAT = re.compile(r"\{,(\d+)\}")  # Python: at most N; RE2: the text itself
+
+
+def _regex(raw: Any, where: str) -> FunctionRegex | None:
     if raw is None:
         return None
+    pattern = str(raw)
     try:
-        return re.compile(str(raw))
+        re.compile(pattern)
     except re.error as exc:
         raise ConfigError(f"{where}: bad regular expression {raw!r}: {exc}") from exc
+    if found := _OPEN_REPEAT.search(pattern):
+        raise ConfigError(f"{where}: function_re {pattern!r}: write `{{0,{found[1]}}}` for at "
+                          f"most {found[1]}: RE2, which runs the rules' regexes, reads "
+                          f"`{found[0]}` as that text, not as a repeat")  # fmt: skip
+    try:
+        return FunctionRegex(pattern, re2.compile(pattern, _RE2_OPTIONS))
+    except re2.error as exc:
+        raise ConfigError(f"{where}: function_re {pattern!r} {_refusal(exc)}") from None
+
+
+def _refusal(exc: Exception) -> str:
+    """Why RE2 refused a pattern Python's `re` takes, and the fix."""
+    said = exc.args[0] if exc.args else ""
+    said = said.decode("utf-8", "replace") if isinstance(said, bytes) else str(said)
+    construct, fix = "", ""
+    if said.startswith("invalid escape sequence: \\") and said[-1:].isdigit():
+        construct, fix = f"a backreference `{said.rsplit(' ', 1)[-1]}`", _REWRITE
+    for start, name, how in _NOT_IN_RE2:
+        if not construct and said.startswith(start):
+            construct, fix = name, how
+    why = "the rules' regexes run on RE2, so that matching a name takes time linear in its length"
+    if not construct:
+        return (f"cannot run on RE2: {said} ({why}); rewrite it in RE2's syntax "
+                "(https://github.com/google/re2/wiki/Syntax)")  # fmt: skip
+    return f"uses {construct}, which RE2 does not have ({why}); {fix}"
 
 
 def _flag(raw: Mapping[str, Any], key: str, where: str) -> bool:
