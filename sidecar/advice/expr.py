@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from sidecar.config.packaged import distinct_postorder
 
 Value = float | bool | None
+Bounds = tuple[int, int]  # a tree's depth and size (check_bounds)
 Lookup = Callable[[str], float | None]
 
 _TOKEN = re.compile(
@@ -33,6 +34,7 @@ _TOKEN = re.compile(
     r"|(?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*)"
     r"|(?P<op><=|>=|==|!=|[<>+\-*/()]))"
 )
+_BLANK_REST = re.compile(r"\s*\Z")
 _KEYWORDS = frozenset({"and", "or", "not"})
 _COMPARE: Mapping[str, Callable[[float, float], bool]] = {
     "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
@@ -104,11 +106,11 @@ def parse(text: str) -> Node:
     """The expression tree of TEXT; ExprError names the token at fault."""
     tokens = _tokens(text)
     if len(tokens) > MAX_TOKENS:
-        raise ExprError(f"{len(tokens)} tokens, over the {MAX_TOKENS} an expression may hold")
+        raise ExprError(f"too many tokens, over the {MAX_TOKENS} an expression may hold")
     parser = _Parser(tokens, text)
     node = parser.expr()
     if parser.peek() is not None:
-        raise ExprError(f"unexpected {parser.peek()!r} in {text!r}")
+        raise ExprError(f"unexpected {parser.peek()!r} in {_shown(text)}")
     check_bounds(node)
     return node
 
@@ -123,15 +125,22 @@ def _children(node: Node) -> tuple[Node, ...]:
     return ()
 
 
-def check_bounds(node: Node) -> None:
-    """ExprError when NODE is deeper than MAX_DEPTH or bigger than MAX_SIZE, counting a node
-    shared by several uses of a define at each use. Loops, memoised per node: linear in the
-    distinct nodes, whatever the expansion."""
+def check_bounds(node: Node, defined: Callable[[str], Bounds | None] | None = None) -> Bounds:
+    """NODE's depth and size; ExprError when it is deeper than MAX_DEPTH or bigger than
+    MAX_SIZE, counting a node shared by several uses of a define at each use. DEFINED gives the
+    depth and size of a name that stands for a define (None for a figure): the tree is measured
+    as if the defines were inlined, each measured once where it is defined rather than walked
+    again at every use. Loops, memoised per node: linear in the distinct nodes, whatever the
+    expansion."""
     depth: dict[int, int] = {}
     size: dict[int, int] = {}
     for current, kids in distinct_postorder(node, _children):
-        depth[id(current)] = 1 + max((depth[id(k)] for k in kids), default=0)
-        size[id(current)] = 1 + sum(size[id(k)] for k in kids)
+        inlined = defined(current.name) if defined and isinstance(current, Name) else None
+        if inlined is not None:
+            depth[id(current)], size[id(current)] = inlined
+        else:
+            depth[id(current)] = 1 + max((depth[id(k)] for k in kids), default=0)
+            size[id(current)] = 1 + sum(size[id(k)] for k in kids)
         if depth[id(current)] > MAX_DEPTH:
             raise ExprError(f"nested over {MAX_DEPTH} deep; split it into `define:` entries")
         if size[id(current)] > MAX_SIZE:
@@ -139,6 +148,7 @@ def check_bounds(node: Node) -> None:
                 f"expands to over {MAX_SIZE} terms (defines used inside defines multiply); "
                 "simplify the defines it uses"
             )
+    return depth[id(node)], size[id(node)]
 
 
 def is_condition(node: Node) -> bool:
@@ -193,16 +203,29 @@ def evaluate(node: Node, lookup: Lookup) -> Value:
 
 
 def _tokens(text: str) -> list[str]:
-    out, pos = [], 0
-    while pos < len(text):
-        if text[pos:].strip() == "":
+    """TEXT's tokens, at most MAX_TOKENS + 1: reading stops past the bound, and each step looks
+    at the next token only. (It read every token first, and copied the rest of the text after
+    each to see whether only blanks were left: 800 kB of `a a a ...` took 30 s.)"""
+    out: list[str] = []
+    pos = 0
+    while pos < len(text) and len(out) <= MAX_TOKENS:
+        if _BLANK_REST.match(text, pos):
             break
         match = _TOKEN.match(text, pos)
         if match is None or match.end() == pos:
-            raise ExprError(f"cannot read {text[pos:].strip()[:20]!r} in {text!r}")
+            raise ExprError(f"cannot read {text[pos:].strip()[:20]!r} in {_shown(text)}")
         out.append(match.group(match.lastgroup or "op"))
         pos = match.end()
     return out
+
+
+def _shown(text: str) -> str:
+    """TEXT as an error quotes it: whole when short, else its start (every message quoted the
+    whole expression, so a refused 1 MB condition made a 1 MB message)."""
+    return repr(text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "...")
+
+
+_SHOWN = 80
 
 
 class _Parser:
@@ -216,7 +239,7 @@ class _Parser:
     def take(self) -> str:
         token = self.peek()
         if token is None:
-            raise ExprError(f"{self.text!r} ends too early")
+            raise ExprError(f"{_shown(self.text)} ends too early")
         self.pos += 1
         return token
 
@@ -240,7 +263,7 @@ class _Parser:
     def _nest(self) -> None:
         self.nesting += 1
         if self.nesting > MAX_NESTING:
-            raise ExprError(f"nested over {MAX_NESTING} deep in {self.text[:40]!r}...")
+            raise ExprError(f"nested over {MAX_NESTING} deep in {_shown(self.text)}")
 
     def _not(self) -> Node:
         if self.peek() == "not":
@@ -291,16 +314,16 @@ class _Parser:
             node = self.expr()
             self.nesting -= 1
             if self.peek() != ")":
-                raise ExprError(f"a `(` is not closed in {self.text!r}")
+                raise ExprError(f"a `(` is not closed in {_shown(self.text)}")
             self.take()
             return node
         if token[0].isdigit() or token[0] == ".":
             return Num(float(token[:-1]) / 100 if token.endswith("%") else float(token))
         if token in _KEYWORDS or not (token[0].isalpha() or token[0] == "_"):
-            raise ExprError(f"unexpected {token!r} in {self.text!r}")
+            raise ExprError(f"unexpected {token!r} in {_shown(self.text)}")
         return Name(token)
 
     def _want(self, node: Node, *, condition: bool, where: str) -> None:
         if is_condition(node) != condition:
             what = "a condition (a comparison)" if condition else "a number"
-            raise ExprError(f"{where} takes {what} in {self.text!r}")
+            raise ExprError(f"{where} takes {what} in {_shown(self.text)}")

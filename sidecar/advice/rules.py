@@ -21,6 +21,7 @@ import yaml
 
 from sidecar.advice.expr import (
     Arith,
+    Bounds,
     Compare,
     ExprError,
     Logic,
@@ -139,20 +140,32 @@ def parse_advice(text: str, source: str = "<advice>") -> AdviceRules:
                        hashlib.sha256(text.encode("utf-8")).hexdigest())  # fmt: skip
 
 
-def _defines(raw: Any, source: str) -> dict[str, Node]:
+@dataclass(frozen=True, slots=True)
+class _Defined:
+    """A define's expression, the defines it uses inlined, and its depth and size as inlined:
+    measured once, so that a use costs the same whatever the define holds."""
+
+    node: Node
+    bounds: Bounds
+
+
+_Defines = Mapping[str, _Defined]
+
+
+def _defines(raw: Any, source: str) -> dict[str, _Defined]:
     """`define: {name: expression}`: shorthands, each usable by the ones after it."""
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{source}: `define:` must map names to expressions")
-    out: dict[str, Node] = {}
+    out: dict[str, _Defined] = {}
     for name, text in raw.items():
         where = f"{source}: define {name!r}"
         if not isinstance(name, str) or not _DEFINE.match(name):
             raise ConfigError(f"{where}: a name is lowercase letters, digits and _ (no dots)")
-        out[name] = _expression(text, where, out)
+        out[name] = _measured(text, where, out)
     return out
 
 
-def _rule(raw: Any, index: int, source: str, defines: Mapping[str, Node]) -> AdviceRule:
+def _rule(raw: Any, index: int, source: str, defines: _Defines) -> AdviceRule:
     if not isinstance(raw, Mapping) or not raw.get("id"):
         raise ConfigError(f"{source}: rule #{index + 1} needs a mapping with an `id:`")
     where = f"{source}: rule {raw['id']!r}"
@@ -198,15 +211,30 @@ def _text(raw: Mapping[str, Any], key: str, where: str) -> str:
     return " ".join(value.split())
 
 
-def _expression(text: Any, where: str, defines: Mapping[str, Node]) -> Node:
+def _expression(text: Any, where: str, defines: _Defines) -> Node:
+    return _measured(text, where, defines).node
+
+
+def _measured(text: Any, where: str, defines: _Defines) -> _Defined:
+    """TEXT's tree with the defines inlined, and its depth and size. Both are read off the tree
+    as written, each define counted as what it stands for (a chain of them can multiply the
+    size): walking the inlined tree cost each use of a define its whole size, so a file of
+    `eN: big + 1` lines took seconds per kilobyte (issue 26)."""
     if isinstance(text, bool) or not isinstance(text, str | int | float):
         raise ConfigError(f"{where}: expected an expression, got {text!r}")
+
+    def defined(name: str) -> Bounds | None:
+        found = defines.get(name)
+        return found.bounds if found is not None else None
+
     try:
-        node = _inline(parse(str(text)), defines)
-        check_bounds(node)  # with the defines inlined: a chain of them can multiply its size
+        parsed = parse(str(text))
+        bounds = check_bounds(parsed, defined)
     except ExprError as exc:
         raise ConfigError(f"{where}: {exc}") from None
-    bad = sorted({n for n in names(node) if not known(n)})
+    node = _inline(parsed, defines)
+    # A define's own figures were checked where it was defined.
+    bad = sorted({n for n in names(parsed) if n not in defines and not known(n)})
     if bad:
         raise ConfigError(
             f"{where}: unknown figures {bad}; see sidecar/advice/figures.py for the names "
@@ -214,13 +242,14 @@ def _expression(text: Any, where: str, defines: Mapping[str, Node]) -> Node:
             "serving.*, kv.*, gpu.*, "
             "flag.*) or define them under `define:`"
         )
-    return node
+    return _Defined(node, bounds)
 
 
-def _inline(node: Node, defines: Mapping[str, Node]) -> Node:
+def _inline(node: Node, defines: _Defines) -> Node:
     """NODE with every defined name replaced by its expression."""
     if isinstance(node, Name):
-        return defines.get(node.name, node)
+        found = defines.get(node.name)
+        return found.node if found is not None else node
     if isinstance(node, Neg):
         return Neg(_inline(node.operand, defines))
     if isinstance(node, Not):
@@ -234,7 +263,7 @@ def _inline(node: Node, defines: Mapping[str, Node]) -> Node:
     return node
 
 
-def _template(line: Any, where: str, defines: Mapping[str, Node]) -> Template:
+def _template(line: Any, where: str, defines: _Defines) -> Template:
     if not isinstance(line, str):
         raise ConfigError(f"{where}: each evidence line is text, got {line!r}")
     parts: list[str | Placeholder] = []
@@ -247,7 +276,7 @@ def _template(line: Any, where: str, defines: Mapping[str, Node]) -> Template:
     return Template(tuple(p for p in parts if p != ""))
 
 
-def _placeholder(text: str, where: str, defines: Mapping[str, Node]) -> Placeholder:
+def _placeholder(text: str, where: str, defines: _Defines) -> Placeholder:
     call = _CALL.match(text)
     if call:
         kind, arg = call.group(1), call.group(2).strip()

@@ -85,8 +85,11 @@ _PYTEST_STACK = re.compile(r"~+ Stack of .* \(\d+\) ~+")
 # a traceback `line N, in F` (CPython Python/traceback.c and Lib/traceback.py).
 _FH_FRAME = re.compile(r'File "[^"]*", line (?:\d+|\?\?\?) in \S.*')
 _TB_FRAME = re.compile(r'(?:\((?:Python|C)\) )?File "[^"]*", line \d+, in \S.*')
-# A traceback's header, pystack's `Traceback for thread TID (NAME) [...]` form too.
+# A traceback's header, pystack's `Traceback for thread TID (NAME) [...]` form too. Searched
+# only in a line that ends like one: the `.*` took each `Traceback for thread N ` of a long line
+# to its end (0.7 s for a 64 kB line, per line).
 _TB_HEADER = re.compile(r"Traceback (?:for thread \d+ .*)?\(most recent call last\):$")
+_TB_TAIL = "(most recent call last):"
 
 
 def detect_format(text: str) -> InputFormat:
@@ -101,7 +104,7 @@ def detect_format(text: str) -> InputFormat:
         return InputFormat.PYTEST_TIMEOUT
     if any(line.endswith("(most recent call first):") for line in body):
         return InputFormat.FAULTHANDLER
-    if any(_TB_HEADER.search(line) for line in body):
+    if any(line.endswith(_TB_TAIL) and _TB_HEADER.search(line) for line in body):
         return InputFormat.TRACEBACK
     # Headerless fragments: whichever Python frame shape the lines hold (the readers warn).
     fh, tb = (sum(bool(p.fullmatch(line)) for line in body) for p in (_FH_FRAME, _TB_FRAME))
