@@ -14,7 +14,7 @@ from sidecar.config import units as u
 from sidecar.config.custom_metrics import CustomMetricSpec
 from sidecar.config.targets import TargetSpec
 from sidecar.config.units import Unit
-from sidecar.errors import ConfigError
+from sidecar.errors import ConfigError, SidecarError
 from sidecar.records.window import SamplingMode
 
 
@@ -222,8 +222,17 @@ _Loaded = TypeVar("_Loaded")
 
 def load_named(config: Config, setting: str, load: Callable[[Path | None], _Loaded]) -> _Loaded:
     """What `load` reads from the file a path setting names (`rules`, `advice`; None: the
-    built-in one), with an error that names the setting and where it was given."""
+    built-in one), with an error that names the setting and where it was given. Whatever else
+    `load` raises (a RecursionError from a file nested past the parser's reach, a MemoryError)
+    is a ConfigError too: the file cannot be loaded, and a restart will not change that."""
     try:
         return load(getattr(config, setting))
     except ConfigError as exc:
         raise ConfigError(f"{setting}: {exc} ({config.origin(setting)})") from None
+    except SidecarError:
+        raise
+    except Exception as exc:
+        file = getattr(config, setting) or "the built-in file"
+        raise ConfigError(f"{setting}: {file} cannot be loaded ({type(exc).__name__}: {exc}); "
+                          "simplify or fix the file, or unset the setting to use the built-in "
+                          f"one ({config.origin(setting)})") from exc  # fmt: skip

@@ -2,7 +2,8 @@
 real window collector over them (`real_collector`).
 
 At start a part that cannot be built exits with its code (a bad rules file 2, no py-spy 5, an
-output folder that cannot be written 6). On SIGHUP every part of the new config is built
+output folder that cannot be written 6; any error not the project's own 2, as no restart
+fixes it). On SIGHUP every part of the new config is built
 before any replaces the running one, so a reload that fails anywhere keeps the whole running
 configuration; a part the change does not touch is kept (a kept store keeps its counters, a
 kept schedule its deadlines, a kept controller its rate).
@@ -24,7 +25,7 @@ from sidecar.classify.rules import RuleSet, load_rules
 from sidecar.config.settings import Config, load_named
 from sidecar.daemon.failures import Failure, WindowFailure
 from sidecar.daemon.schedule import Schedule
-from sidecar.errors import ConfigError
+from sidecar.errors import ConfigError, SidecarError
 from sidecar.gpu import NvmlReader
 from sidecar.records.window import Window, merge_windows
 from sidecar.sampling.continuous import RolePlanner, is_continuous
@@ -37,6 +38,7 @@ from sidecar.store.folders import (
     StoredSnapshot,
     WriteOutcome,
     check_writable,
+    hold_folder,
 )
 from sidecar.store.layout import SnapshotKind
 from sidecar.store.upload import Uploader, UploadThread
@@ -86,9 +88,12 @@ class WindowCollector(Protocol):
 
 
 def open_store(config: Config) -> SnapshotStore:
-    """The store under `output.dir/<host>`; a folder that cannot be written is an OutputError."""
+    """The store under `output.dir/<host>`; a folder that cannot be written is an OutputError,
+    one another daemon writes a ConfigError naming its PID (`hold_folder`, taken before the
+    store reads or writes anything there, and kept for the process's life)."""
     o, host = config.output, socket.gethostname()
     check_writable(Path(o.dir) / host)
+    hold_folder(Path(o.dir) / host)
     return SnapshotStore(o.dir, host, retention_of(config))
 
 
@@ -98,6 +103,7 @@ def open_deployment_store(config: Config, deployment: str) -> SnapshotStore:
     Retention applies per deployment: `max_total_mb` bounds each deployment's folder."""
     o, host = config.output, socket.gethostname()
     check_writable(Path(o.dir) / host / deployment)
+    hold_folder(Path(o.dir) / host)  # the host folder's: one lock for all the deployments
     return SnapshotStore(o.dir, host, retention_of(config), deployment=deployment)
 
 
@@ -173,7 +179,29 @@ def build_parts(
     wall_clock: Callable[[], float],
     previous: Parts | None = None,
 ) -> Parts:
-    """All parts of `config`, or a SidecarError before any running part is touched."""
+    """All parts of `config`, or a SidecarError before any running part is touched. Any other
+    error a part raises (a RecursionError, a MemoryError, a library's ValueError) is a
+    ConfigError, its traceback logged: at start the daemon exits 2, which the systemd units do
+    not restart, rather than 70 and a restart every 15 s for ever; on SIGHUP the running
+    configuration is kept (issue 26, item 12)."""
+    try:
+        return _build_parts(config, make, clock, wall_clock, previous)
+    except SidecarError:
+        raise
+    except Exception as exc:
+        log.error("the parts of %s failed to build", config.source, exc_info=True)
+        raise ConfigError(f"{config.source}: the configuration cannot be built "
+                          f"({type(exc).__name__}: {exc}); fix what it names, or report the "
+                          "traceback logged above if it names no setting") from exc  # fmt: skip
+
+
+def _build_parts(
+    config: Config,
+    make: Builders,
+    clock: Callable[[], float],
+    wall_clock: Callable[[], float],
+    previous: Parts | None,
+) -> Parts:
     t = config.target
     if t.pid is None and t.pid_file is None and not t.discover:
         raise ConfigError("no target: set target.pid, target.pid_file or target.discover")

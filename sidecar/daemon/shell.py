@@ -34,6 +34,7 @@ from sidecar.daemon.parts import (
 )
 from sidecar.errors import AttachError, SamplerError, SidecarError
 from sidecar.exporter import ExporterGroup, ExporterState, start_exporter
+from sidecar.store.folders import hold_folder
 from sidecar.target.discovery import Deployment
 
 log = logging.getLogger("vllm_sidecar")
@@ -115,6 +116,10 @@ class Shell:
     ) -> int:
         """The daemon as a process: signals, the exporter (serving `exported`), the watchdog
         and the threads beside the windows, then `serve`."""
+        # Before the exporter and the control socket (output.dir/control.sock): a second daemon
+        # on this host folder ends here, with the first one's PID (issue 26, item 9). The
+        # single daemon's store took the lock already; the fleet's take it when they open.
+        hold_folder(self.parts.store.dir)
         self._install_signals(always)
         exporter = start_exporter(self.config.exporter_listen, exported)
         self._start_watchdog()
@@ -230,7 +235,8 @@ class Shell:
 
     def reload(self) -> None:
         """Every part of the new config is built before any replaces the running one: a reload
-        that fails anywhere keeps the whole running configuration and all its parts."""
+        that fails anywhere, with any error (an Exception, not KeyboardInterrupt or SystemExit),
+        keeps the whole running configuration and all its parts."""
         self.signals.reload.clear()
         self.notifier.reloading()
         old = self.parts
@@ -238,8 +244,11 @@ class Shell:
             config = load_config(self._config_path, self._environ, self._flags)
             self._check_reload(config)
             new = build_parts(config, self._builders, self.clock, self.wall, previous=old)
-        except SidecarError as exc:
-            log.error("reload failed, keeping the running configuration: %s", exc)
+        except Exception as exc:  # any failure keeps it (issue 26, item 12); a stop still stops
+            own = isinstance(exc, SidecarError)
+            log.error("reload failed, keeping the running configuration: %s",
+                      exc if own else f"{type(exc).__name__}: {exc}",
+                      exc_info=not own)  # fmt: skip
             self.notifier.ready("configuration reloaded")
             return
         self._replace(old, new)

@@ -24,6 +24,7 @@ from sidecar.parsers import InputFormat, parse_text
 from sidecar.records import ProcessInfo, StackSample
 from sidecar.records.summary import Cause
 from sidecar.records.window import SamplingMode, Window
+from sidecar.store.atomic import make_folder
 from sidecar.store.writers import write_snapshot
 from sidecar.window.snapshot import Snapshot, build_snapshot
 
@@ -62,7 +63,7 @@ def write_incident(
     """The incident's folder under HOST_DIR/incidents/; OutputError when the disk is low (the
     stall is still logged and exported) or the folder cannot be written."""
     folder = host_dir / INCIDENTS
-    folder.mkdir(parents=True, exist_ok=True)
+    make_folder(folder)  # 0750, as every folder of the store
     free = shutil.disk_usage(folder).free
     if free < min_free_bytes:
         raise OutputError(f"incident not written: {free / 2**20:.0f} MiB free under {folder}, "

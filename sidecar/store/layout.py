@@ -4,7 +4,9 @@
     OUT/                               the daemon's output.dir (--out)
       <host>/                          a host folder; a daemon with `targets:` writes one
         <deployment>/                  deployment folder per server, read as a host folder
-          index.json                   the store's index (latest, latest_baseline, gaps)
+          index.json                   the store's index (latest, latest_baseline, gaps, and
+                                       `folders`: the snapshot folders the daemon wrote)
+          .daemon.lock                 the running daemon's lock and PID (one daemon a folder)
           snapshots.parquet, .table/   the trend table (sidecar/store/trend_table.py)
           .uploads/                    the upload markers (sidecar/store/upload.py)
           <UTC>[-baseline][-<n>]/      a snapshot folder: summary.json, stacks.parquet, ...
@@ -18,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -26,6 +29,7 @@ from pathlib import Path
 from sidecar.errors import InputError
 
 INDEX_NAME = "index.json"
+LOCK_NAME = ".daemon.lock"
 SUMMARY_NAME = "summary.json"
 TABLE_NAME = "snapshots.parquet"
 PARTS_DIR = ".table"
@@ -33,6 +37,10 @@ MARKERS_DIR = ".uploads"
 TS_FORMAT = "%Y%m%dT%H%M%SZ"
 # `write_snapshot` appends `-1`, `-2` to a taken name, so a baseline collision is `TS-baseline-1`.
 SNAPSHOT_NAME = re.compile(r"^(?P<ts>\d{8}T\d{6}Z)(?P<baseline>-baseline)?(?:-(?P<seq>\d+))?$")
+# A folder dated further ahead of the clock than this is not taken as the latest, and the
+# store's retention neither counts nor deletes it until the clock reaches it (issue 26, item 11:
+# written by a clock that ran ahead, it stayed "latest" for ever).
+CLOCK_SLACK_S = 86_400.0
 
 
 class SnapshotKind(StrEnum):
@@ -208,9 +216,13 @@ class OutputTree:
         out.sort(key=lambda f: (f.started, f.name))
         return [f for f in out if kind is None or f.kind is kind]
 
-    def latest(self, kind: SnapshotKind | None = None) -> SnapshotFolder | None:
-        """The newest of `snapshots(kind)`; None when there is none."""
-        found = self.snapshots(kind)
+    def latest(
+        self, kind: SnapshotKind | None = None, now: float | None = None
+    ) -> SnapshotFolder | None:
+        """The newest of `snapshots(kind)` not dated more than CLOCK_SLACK_S ahead of `now`
+        (the clock); None when there is none."""
+        limit = (time.time() if now is None else now) + CLOCK_SLACK_S
+        found = [f for f in self.snapshots(kind) if f.started <= limit]
         return found[-1] if found else None
 
     def _hint(self) -> str:

@@ -29,8 +29,8 @@ class FsspecStore:
     botocore's EndpointConnectionError or ClientError, aiohttp's) is an UploadError, a failed
     try the uploader counts and backs off from; none ends the upload thread."""
 
-    def __init__(self, fs: Any, root: str, url: str) -> None:
-        self.fs, self.url = fs, url
+    def __init__(self, fs: Any, root: str, url: str, endpoint_url: str | None = None) -> None:
+        self.fs, self.url, self.endpoint_url = fs, url, endpoint_url
         self.root = root.rstrip("/")
 
     def put(self, local: Path, key: str) -> None:
@@ -77,7 +77,8 @@ def open_object_store(config: UploadConfig, fs: Any | None = None) -> FsspecStor
         raise ConfigError("upload.url is not set")
     parts = urlsplit(config.url)
     root = f"{parts.netloc}{parts.path}".rstrip("/")
-    return FsspecStore(fs if fs is not None else s3_filesystem(config), root, config.url)
+    return FsspecStore(fs if fs is not None else s3_filesystem(config), root, config.url,
+                       config.endpoint_url)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

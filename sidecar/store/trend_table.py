@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from sidecar.records import Phase, Role
 from sidecar.records.summary import Fingerprint, SnapshotSummary
-from sidecar.store.atomic import write_file
+from sidecar.store.atomic import make_folder, write_file
 from sidecar.store.layout import PARTS_DIR, TABLE_NAME
 from sidecar.store.writers import to_jsonable
 
@@ -157,7 +157,7 @@ class TrendTable:
 
     def append(self, row: Mapping[str, Any]) -> Path:
         """One part file for one row; OSError (a full disk) and TableError go to the caller."""
-        self.parts_dir.mkdir(parents=True, exist_ok=True)
+        make_folder(self.parts_dir)  # 0750, as every folder of the store
         part = self.parts_dir / f"{row['name']}.parquet"
         self._write(rows_to_table([row]), part)
         return part
@@ -224,7 +224,7 @@ class TrendTable:
 
     def save(self, table: pa.Table, parts: Iterable[Path] = ()) -> None:
         """Replace the main file with `table`, then remove `parts` (the ones it holds)."""
-        self.dir.mkdir(parents=True, exist_ok=True)
+        make_folder(self.dir)
         self._write(table, self.path)
         for part in parts:
             with contextlib.suppress(OSError):

@@ -4,9 +4,12 @@ partitions, so DuckDB, Athena or Spark prune by host, deployment and day).
 
 The local folder stays the truth until the copy is confirmed: after the objects are put, the
 remote folder is listed and every object's size compared with the local file; only then is a
-marker written, atomically, to `OUT/<host>/.uploads/<snapshot>.json`. The store's retention and
-disk guard keep every folder without a marker (`Uploader.held`), so an outage of the object
-store only delays uploads. The backlog is the folders without a marker, oldest first: a
+marker written, atomically, to `OUT/<host>/.uploads/<snapshot>.json`. A marker names the
+destination it confirms (upload.url and upload.endpoint_url, without credentials): a folder
+confirmed for another bucket or prefix counts as not uploaded (issue 26, item 10), so after
+upload.url changes it is sent to the new one. The store's retention and disk guard keep every
+folder without a marker for the current destination (`Uploader.held`), so an outage of the
+object store only delays uploads. The backlog is the folders without a marker, oldest first: a
 restart resumes it from disk, and an upload cut off midway is redone whole (the keys are the
 same, so a folder never lands twice under two names).
 
@@ -34,7 +37,8 @@ from typing import Protocol
 from urllib.parse import quote
 
 from sidecar.errors import UploadError
-from sidecar.store.atomic import write_file
+from sidecar.records.redact import redact_url
+from sidecar.store.atomic import make_folder, write_file
 from sidecar.store.folders import StoredSnapshot
 from sidecar.store.layout import MARKERS_DIR, summary_deployment
 
@@ -57,6 +61,7 @@ class ObjectStore(Protocol):
     """Where uploads go: keys are relative to the configured URL."""
 
     url: str  # for messages and markers
+    endpoint_url: str | None  # an S3-compatible store's API; None: AWS's own
 
     def put(self, local: Path, key: str) -> None: ...
     def sizes(self, prefix: str) -> Mapping[str, int]:
@@ -122,18 +127,85 @@ def _files(folder: Path) -> Iterator[Path]:
             yield path
 
 
-class UploadLedger:
-    """The durable markers: `<host dir>/.uploads/<snapshot>.json`, one per confirmed folder."""
+def destination(remote: ObjectStore) -> dict[str, str | None]:
+    """Where `remote` puts folders, as a marker records it: the URL (bucket and prefix) and the
+    endpoint, without credentials (the config refuses them; this is the second line)."""
+    endpoint = None if remote.endpoint_url is None else redact_url(remote.endpoint_url)
+    return {"url": _dest_url(remote.url), "endpoint_url": endpoint}
 
-    def __init__(self, host_dir: Path) -> None:
+
+def _dest_url(url: str) -> str:
+    return redact_url(url).rstrip("/")
+
+
+class UploadLedger:
+    """The durable markers: `<host dir>/.uploads/<snapshot>.json`, one per confirmed folder,
+    each naming the destination it was confirmed for (`destination`)."""
+
+    def __init__(self, host_dir: Path, dest: Mapping[str, str | None]) -> None:
         self.dir = Path(host_dir) / MARKERS_DIR
+        self.dest = dict(dest)
+        # name -> (the marker's inode, mtime and size, whether it confirms `dest`): backlog()
+        # asks for every folder at every step, so a marker is parsed again only once rewritten.
+        self._seen: dict[str, tuple[tuple[int, int, int], bool]] = {}
 
     def confirmed(self, name: str) -> bool:
-        return (self.dir / f"{name}.json").is_file()
+        """Whether `name` is confirmed uploaded to this ledger's destination."""
+        path = self.dir / f"{name}.json"
+        try:
+            st = path.stat()
+        except OSError:
+            self._seen.pop(name, None)
+            return False
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        seen = self._seen.get(name)
+        if seen is not None and seen[0] == stamp:
+            return seen[1]
+        ok = self.confirms(_read_marker(path))
+        self._seen[name] = (stamp, ok)
+        return ok
+
+    def confirms(self, doc: Mapping[str, object] | None) -> bool:
+        """Whether a marker confirms its folder for this ledger's destination.
+
+        - `gone`: the folder was deleted by hand; there is nothing to send anywhere.
+        - `destination` (issue 26, item 10 on): that destination's URL and endpoint must both
+          be this one's; a folder sent to another bucket or prefix is sent again.
+        - Markers of earlier versions name no destination, but their `url` is the folder's
+          own URL, `<upload.url>/host=.../<snapshot>/`: its part before `/host=` is the
+          upload.url they were confirmed for, and must be this one's. Their endpoint was not
+          recorded: it is taken to be this one, as it was when this version first started
+          (an endpoint changed at the upgrade itself goes unseen, once).
+        - Anything else (unreadable, not JSON, no destination and no URL) confirms nothing:
+          the folder is sent again and kept until then. Sending twice writes the same keys;
+          deleting a folder that was never sent loses it.
+        """
+        if doc is None:
+            return False
+        if doc.get("gone") is True:
+            return True
+        dest = doc.get("destination")
+        if isinstance(dest, Mapping):
+            return dict(dest) == self.dest
+        url = doc.get("url")
+        if isinstance(url, str) and (cut := url.rfind("/host=")) > 0:
+            return _dest_url(url[:cut]) == self.dest["url"]
+        return False
+
+    def elsewhere(self, names: Iterable[str]) -> list[str]:
+        """Those of `names` whose marker confirms them for another destination only."""
+        out = []
+        for name in names:
+            path = self.dir / f"{name}.json"
+            if path.is_file() and not self.confirmed(name):
+                doc = _read_marker(path)
+                if doc is not None and ("destination" in doc or "url" in doc):
+                    out.append(name)
+        return out
 
     def confirm(self, name: str, doc: Mapping[str, object]) -> None:
         """Written atomically (sidecar/store/atomic.py): a crash leaves a marker or none."""
-        self.dir.mkdir(parents=True, exist_ok=True)
+        make_folder(self.dir)  # 0750, as every folder of the store
         write_file(self.dir / f"{name}.json", json.dumps(doc, indent=2) + "\n")
 
     def prune(self, present: set[str]) -> int:
@@ -146,6 +218,14 @@ class UploadLedger:
                         path.unlink()
                         removed += 1
         return removed
+
+
+def _read_marker(path: Path) -> Mapping[str, object] | None:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
 RowSource = Callable[[Path, str, Path], Path | None]  # (host dir, snapshot, temp dir) -> file
@@ -176,7 +256,7 @@ class Uploader:
         row_source: RowSource = table_row,
     ) -> None:
         self.store, self.remote = store, remote
-        self.ledger = UploadLedger(store.dir)
+        self.ledger = UploadLedger(store.dir, destination(remote))
         self.backoff_s, self.backoff_max_s = backoff_s, backoff_max_s
         self.clock, self.wall = clock, wall_clock
         self._row = row_source
@@ -186,9 +266,11 @@ class Uploader:
         self._failing: str | None = None
         self._delay = 0.0
         self._not_before = float("-inf")  # monotonic: no try before this after a failure
+        self._told_elsewhere = False
 
     def held(self, name: str) -> bool:
-        """Whether retention must keep the folder: its upload is not confirmed."""
+        """Whether retention must keep the folder: its upload to this destination is not
+        confirmed (one confirmed for another bucket or prefix is held until sent here)."""
         return not self.ledger.confirmed(name)
 
     def backlog(self) -> list[StoredSnapshot]:
@@ -230,6 +312,9 @@ class Uploader:
 
     def drain(self, stop: Callable[[], bool] = lambda: False) -> int:
         """Steps until the backlog is empty, a try fails or `stop`; the folders confirmed."""
+        if not self._told_elsewhere:
+            self._told_elsewhere = True
+            self._tell_elsewhere()
         done = 0
         while not stop() and self.step(stop):
             done += 1
@@ -247,9 +332,20 @@ class Uploader:
                 self.remote.put(local, f"{plan.prefix}/{key}")
             self._verify(plan)
             when = datetime.fromtimestamp(self.wall(), UTC).isoformat(timespec="seconds")
-            self.ledger.confirm(entry.name, {"url": f"{self.remote.url}/{plan.prefix}/",
+            self.ledger.confirm(entry.name, {"destination": self.ledger.dest,
+                                             "url": f"{_dest_url(self.remote.url)}/{plan.prefix}/",
                                              "objects": len(plan.files), "bytes": plan.bytes,
                                              "uploaded_at": when})  # fmt: skip
+
+    def _tell_elsewhere(self) -> None:
+        """Once per uploader: the folders that were confirmed for another destination (a changed
+        upload.url) and are therefore in the backlog again, so the jump of the backlog gauge and
+        the disk kept for it are explained."""
+        names = self.ledger.elsewhere(e.name for e in self.store.snapshots())
+        if names:
+            log.info("%d snapshot folders were uploaded to another destination than %s (upload.url "
+                     "or upload.endpoint_url changed): they are uploaded here too, and kept "
+                     "locally until they are", len(names), self.ledger.dest["url"])  # fmt: skip
 
     def _verify(self, plan: FolderPlan) -> None:
         """Every object listed with its local size; a missing or short one fails the folder."""
@@ -291,7 +387,7 @@ class Uploader:
 def _tmp_root(host_dir: Path) -> Path:
     """Row files are staged in the host folder's marker dir (same disk, cleaned at start)."""
     root = Path(host_dir) / MARKERS_DIR
-    root.mkdir(parents=True, exist_ok=True)
+    make_folder(root)
     return root
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
@@ -87,7 +88,7 @@ def write_snapshot(
     `-1`, `-2`, ...); `kind` goes into summary.json; `extra`: more text files by name (an
     incident's dumps). Returns the final folder."""
     writers = [_writer(f, kind) for f in (formats or tuple(WRITERS))]
-    final = _free_name(out_dir, name or snapshot.name)
+    final = free_name(out_dir, name or snapshot.name)
 
     def fill(folder: Path) -> None:
         for writer in writers:
@@ -108,9 +109,11 @@ def _writer(fmt: str, kind: str | None) -> SnapshotWriter:
     return ParquetWriter(kind) if fmt == "parquet" else WRITERS[fmt]()
 
 
-def _free_name(out_dir: Path, name: str) -> Path:
+def free_name(out_dir: Path, name: str) -> Path:
+    """OUT_DIR/NAME, or the first of NAME-1, NAME-2, ... that is free (a link, even a broken
+    one, takes its name)."""
     candidate, n = out_dir / name, 1
-    while candidate.exists():
+    while os.path.lexists(candidate):
         candidate, n = out_dir / f"{name}-{n}", n + 1
     return candidate
 

@@ -47,10 +47,13 @@ def name(wall: float, suffix: str = "") -> str:
 
 
 def folder(root: Path, folder_name: str, size: int = 1000) -> Path:
-    """A complete snapshot folder made by hand: only its name and size matter to retention."""
+    """A complete snapshot folder made by hand: only its name and size matter to retention,
+    and its summary.json (`size` bytes) has the `name` and `phases` of a daemon's (a store
+    without an index takes only such folders as its own: issue 26, item 4)."""
     path = root / HOST / folder_name
     path.mkdir(parents=True)
-    (path / "summary.json").write_bytes(b"x" * size)
+    head, tail = f'{{"name": "{folder_name}", "phases": {{}}, "pad": "', '"}'
+    (path / "summary.json").write_text(head + "x" * (size - len(head) - len(tail)) + tail)
     return path
 
 
@@ -116,6 +119,7 @@ def test_layout_kind_and_index(tmp_path: Path) -> None:
         "bytes": sizes,
         "gaps": [],
         "disk": {"state": "ok", "free_bytes": store.free_bytes},
+        "folders": [name(T0), name(T0 + 60, "-baseline")],
     }
     assert store.total_bytes_used == sizes and store.snapshots_written == 2
     assert visible(tmp_path) == sorted([name(T0), name(T0 + 60, "-baseline"), "index.json"])

@@ -231,6 +231,86 @@ def test_a_folder_deleted_by_hand_leaves_the_backlog(store: SnapshotStore) -> No
     assert up.uploaded_total == 11 and up.failures_total == 0 and up.status().backlog == 0
 
 
+# ---------------------------------------------------------------- the destination a marker names
+
+
+def moved(url: str = "s3://bucket/profiles", endpoint_url: str | None = None) -> Remote:
+    """A Remote whose configured upload.url and upload.endpoint_url are these."""
+    remote = Remote()
+    remote.url, remote.endpoint_url = url, endpoint_url
+    return remote
+
+
+@pytest.mark.parametrize(
+    ("url", "endpoint_url"),
+    [
+        ("s3://other-bucket/profiles", None),
+        ("s3://bucket/profiles/fleet-b", None),
+        ("s3://bucket/profiles", "http://minio.internal:9000"),
+    ],
+    ids=["bucket", "prefix", "endpoint"],
+)
+def test_folders_confirmed_for_another_destination_are_sent_again_and_held_until_then(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, url: str, endpoint_url: str | None
+) -> None:
+    """Issue 26, item 10: after upload.url changed, the markers of the old bucket kept every
+    folder out of the backlog for the new one, and retention deleted them unsent."""
+    from sidecar.records.window import Window
+    from sidecar.window.snapshot import build_snapshot
+    from tests.unit.store.test_store import classifier
+
+    now = 1_796_200_000.0  # 2026-12-02T08:26:40Z: the fixtures are over a day old
+    store = real_output(tmp_path / "out", Retention(3600, 3600, None, 0), clock=lambda: now)
+    assert uploader(store, moved()).drain() == 12  # every folder confirmed for the old bucket
+    remote, clock = moved(url, endpoint_url), Clock()
+    up = uploader(store, remote, clock)
+    store.set_hold(up.held)
+
+    def write() -> tuple[str, ...]:
+        window = Window(started_at=now, duration_s=8.0, rate_hz=5.0, stacks=(), samples=0,
+                        errors=0, sampler_cpu_s=0.0, segments=1)  # fmt: skip
+        return store.write(
+            build_snapshot(window, (), classifier(), host=HOST), SnapshotKind.SNAPSHOT
+        ).deleted
+
+    assert up.status().backlog == 12 and all(up.held(e.name) for e in store.snapshots())
+    remote.down = True  # the new bucket is unreachable: nothing may go
+    with caplog.at_level("INFO", logger="vllm_sidecar"):
+        assert up.drain() == 0
+    assert any("12 snapshot folders were uploaded to another destination" in r.getMessage()
+               for r in caplog.records)  # fmt: skip
+    assert write() == ()
+    remote.down = False
+    clock.now += up.wait_s()
+    assert up.drain() == 13  # the twelve, and the folder just written
+    assert len(remote.folders()) == 13
+    marker = json.loads(next((store.dir / MARKERS_DIR).glob("*.json")).read_text())
+    assert marker["destination"] == {"url": url, "endpoint_url": endpoint_url}
+    assert len(write()) == 12  # sent to the new destination: retention may delete them now
+    assert uploader(store, moved()).status().backlog == 2  # the old one lacks the newest two
+
+
+def test_markers_of_earlier_versions_still_confirm_for_the_url_they_name(
+    store: SnapshotStore,
+) -> None:
+    """Snapshots live for months: the markers written before destinations were recorded must
+    still read. Theirs is the folder's URL, `<upload.url>/host=.../<snapshot>/`."""
+    assert uploader(store, moved()).drain() == 12
+    markers = sorted((store.dir / MARKERS_DIR).glob("*.json"))
+    for path in markers:  # as earlier versions wrote them: no `destination`
+        doc = json.loads(path.read_text())
+        del doc["destination"]
+        assert set(doc) == {"url", "objects", "bytes", "uploaded_at"}
+        path.write_text(json.dumps(doc, indent=2) + "\n")
+    markers[0].write_text('{"gone": true}\n')  # a folder deleted by hand: gone for any bucket
+    markers[1].write_text("{not json")  # unreadable: confirms nothing, the folder is sent again
+    same = uploader(store, moved("s3://bucket/profiles/"))  # a trailing slash is the same place
+    assert [e.name for e in same.backlog()] == [markers[1].stem]
+    other = uploader(store, moved("s3://other-bucket/profiles"))
+    assert other.status().backlog == 11
+    assert not other.held(markers[0].stem) and other.held(markers[2].stem)
+
+
 def test_the_thread_drains_on_wake_and_stops(store: SnapshotStore) -> None:
     remote = Remote()
     up = uploader(store, remote)
