@@ -39,7 +39,6 @@ from sidecar.parsers import InputFormat, parse_text
 from sidecar.records import ProcessInfo, Role, StackSample
 from sidecar.sampling.pyspy import last_line
 from sidecar.target.procfs import ProcFs
-from sidecar.target.sockets import client_connections
 from sidecar.vllm_metrics import MetricsScrape, MetricsSource, take_scrape
 from sidecar.vllm_metrics.figures import (
     GENERATION_TOKENS,
@@ -270,8 +269,8 @@ class HangWatch:
     clock: Callable[[], float] = time.monotonic
     scrape: Callable[[MetricsSource], MetricsScrape] = field(default=lambda s: watch_scrape(s))
     dumps: bool = True  # False: the scrapes alone, for the latency trigger (hang.enabled off)
-    # pid -> the clients' connections it holds (socket inodes); None: unreadable. Default: read
-    # under `procfs`'s root (sidecar/target/sockets.py).
+    # pid -> the clients' connections it holds (socket inodes); None: unreadable. Default:
+    # `procfs.client_connections` (sidecar/target/sockets.py).
     connections: Callable[[int], frozenset[int] | None] | None = None
     stop: threading.Event = field(default_factory=threading.Event)
     stall: Stall | None = None
@@ -327,12 +326,12 @@ class HangWatch:
     def with_connections(self, p: Progress) -> Progress:
         """P with the clients' connections the API server processes have held open since the
         counters last moved (a connection is timed from the first check that saw it)."""
-        read = self.connections or (lambda pid: client_connections(self.procfs.root, pid))
         now: set[tuple[int, int]] = set()
         unreadable = []
         for proc in self.processes:
             if proc.role is not Role.API_SERVER:
                 continue
+            read = self.connections or self.procfs.client_connections
             found = read(proc.pid)
             if found is None:
                 unreadable.append(proc.pid)

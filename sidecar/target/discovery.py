@@ -9,10 +9,17 @@ or forked copies of their parent, so they are recognised through their parent in
 A deployment is a tree: API server → EngineCore(s) → workers, plus multiprocessing helpers (the
 resource tracker). Its root is the topmost vLLM process of that tree; for an offline `LLM`
 client the root is the EngineCore, since the client script is not recognisably vLLM.
+
+A title is only a claim: any local user may run a program titled `vllm serve`. When discovery
+finds several servers it prefers those with no evidence against them (`doubts`: the API server
+holds no socket listening on its `--port`, or no process of the tree has vLLM's package loaded)
+and says why it skipped the others (issue 26, item 19). It filters only to break a tie: a lone
+candidate is taken as before, so a server still starting (not listening yet) is found.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import stat
@@ -25,11 +32,20 @@ from sidecar.classify.roles import ROLE_PATTERNS, first_role
 from sidecar.errors import AttachError, ConfigError
 from sidecar.records import ProcessInfo, Role
 from sidecar.target.procfs import ProcFs
-from sidecar.target.serveflags import deployment_name
+from sidecar.target.serveflags import api_port, deployment_name
 
 if TYPE_CHECKING:
     from sidecar.config.settings import TargetConfig
     from sidecar.config.targets import TargetSpec
+
+log = logging.getLogger("vllm_sidecar")
+
+# A file of vLLM's own package mapped into a process: its extension modules (`vllm/_C.abi3.so`,
+# `_moe_C.abi3.so`, `cumem_allocator.abi3.so`), installed (site-packages, dist-packages) or from
+# a source checkout (`.../vllm/vllm/`). Python source files are read and closed, never mapped,
+# so these are what /proc shows of `import vllm` (recorded: the CPU build's API server and
+# Worker map `vllm/_C.abi3.so`, its EngineCore none; tests/fixtures/proc_listen).
+_VLLM_FILE = re.compile(r"/(?:site-packages|dist-packages|vllm)/vllm/")
 
 # Helpers that Python's multiprocessing starts: part of a deployment when their parent is.
 MP_CHILD_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
@@ -159,17 +175,84 @@ class AmbiguousTarget(ConfigError):
     server run side by side for a while."""
 
 
+@dataclass(frozen=True, slots=True)
+class Doubt:
+    """A candidate of discovery with the evidence that it is no vLLM server (`doubts`)."""
+
+    deployment: Deployment
+    uid: int | None  # the root's user
+    reasons: tuple[str, ...]
+
+    def __str__(self) -> str:
+        user = "uid unknown" if self.uid is None else f"uid {self.uid}"
+        return f"pid {self.deployment.root.pid} ({user}): {'; '.join(self.reasons)}"
+
+
+def doubts(procfs: ProcFs, d: Deployment) -> tuple[str, ...]:
+    """Evidence that `d`, taken for a vLLM server by its titles, is none; () when there is none.
+
+    - An API server root listens on its `--port` (8000 by default; no check with `--uds`): the
+      socket listening on it in the root's network namespace (`/proc/PID/net/tcp{,6}`) must be
+      held by a process of the tree (`/proc/PID/fd`; the API server holds it, its EngineCore
+      does not; with `--api-server-count`, the API server processes share it). Evidence is
+      that nothing listens there, or that every process's sockets could be read and none is it.
+    - Some process of the tree maps a file of vLLM's package (`_VLLM_FILE`). Evidence is that
+      every process's `maps` could be read and none does.
+    What cannot be read (`fd` and `maps` need ptrace-read) is no evidence either way.
+    """
+    reasons = []
+    root = d.root
+    port = api_port(root.cmdline) if root.role is Role.API_SERVER else None
+    if port is not None:
+        listening = procfs.listening_inodes(root.pid, port)
+        held = [procfs.socket_inodes(p.pid) for p in d.processes]
+        if listening is not None and not listening:
+            reasons.append(f"nothing listens on port {port}")
+        elif listening and not any(h is None or h & listening for h in held):
+            reasons.append(f"holds no socket listening on port {port}")
+    maps = [procfs.mapped_files(p.pid) for p in d.processes]
+    if not any(m is None or any(_VLLM_FILE.search(path) for path in m) for m in maps):
+        reasons.append("has no module of vLLM's package loaded (none in its memory maps)")
+    return tuple(reasons)
+
+
+def screen(procfs: ProcFs, found: list[Deployment]) -> tuple[list[Deployment], list[Doubt]]:
+    """Break a tie between discovered servers: those without `doubts` are kept, the others
+    returned with their reasons. When every one has some, all are kept (nothing to prefer)."""
+    judged = [(d, doubts(procfs, d)) for d in found]
+    kept = [d for d, reasons in judged if not reasons]
+    skipped = [Doubt(d, procfs.uid(d.root.pid), r) for d, r in judged if r]
+    return (kept or list(found)), skipped
+
+
 def resolve_target(procfs: ProcFs, pid: int | None, any_python: bool = False) -> Deployment:
-    """The deployment `pid` belongs to, or the one vLLM server discovery finds."""
+    """The deployment `pid` belongs to, or the one vLLM server discovery finds.
+
+    A lone candidate is taken as it is. Between several, those with evidence that they are no
+    vLLM server (`doubts`) are skipped, and logged with why; when exactly one is left it is
+    the target, otherwise discovery is ambiguous and the error lists the servers and the
+    reasons."""
     if pid is not None:
         return find_deployment(procfs, pid, allow_non_vllm=any_python)
     found = discover(procfs)
     if not found:
         raise no_server_error(procfs)
-    if len(found) > 1:
-        listing = "; ".join(f"pid {d.root.pid} ({d.root.title[:60]})" for d in found)
-        raise AmbiguousTarget(f"found {len(found)} vLLM servers: {listing}. Pick one with --pid.")
-    return found[0]
+    if len(found) == 1:
+        return found[0]
+    kept, doubted = screen(procfs, found)
+    skipped = [d for d in doubted if d.deployment not in kept]
+    if len(kept) == 1:
+        log.warning("found %d vLLM servers; profiling pid %d (%s); skipped %s", len(found),
+                    kept[0].root.pid, kept[0].root.title[:60],
+                    "; skipped ".join(map(str, skipped)))  # fmt: skip
+        return kept[0]
+    listing = "; ".join(f"pid {d.root.pid} ({d.root.title[:60]})" for d in kept)
+    why = ""
+    if skipped:
+        why = " (skipped " + "; skipped ".join(map(str, skipped)) + ")"
+    elif doubted:  # every one has some: said, but none is preferred
+        why = " (none shows that it serves: " + "; ".join(map(str, doubted)) + ")"
+    raise AmbiguousTarget(f"found {len(kept)} vLLM servers: {listing}{why}. Pick one with --pid.")
 
 
 def configured_target(procfs: ProcFs, t: TargetConfig) -> Deployment:

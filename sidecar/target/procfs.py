@@ -17,6 +17,13 @@ from pathlib import Path
 from sidecar.records import ProcessInfo
 from sidecar.records.readings import ThreadTime
 from sidecar.records.redact import redact_args
+from sidecar.target.sockets import (
+    LISTEN,
+    TcpSocket,
+    parse_net_tcp,
+    served_connections,
+    socket_inode,
+)
 
 # Reading a vanished process's files raises one of these; with `hidepid=1` a foreign process's
 # files raise PermissionError, and we can learn nothing about it either.
@@ -73,6 +80,15 @@ def parse_nspid(status: str) -> tuple[int, ...]:
         if line.startswith("NSpid:"):
             return tuple(int(part) for part in line.split()[1:])
     return ()  # kernels before 4.1 have no NSpid line
+
+
+def parse_uid(status: str) -> int | None:
+    """The real UID on the `Uid:` line of `/proc/PID/status` (real, effective, saved, fs)."""
+    for line in status.splitlines():
+        if line.startswith("Uid:"):
+            fields = line.split()
+            return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
+    return None
 
 
 def parse_environ(raw: bytes) -> dict[str, str]:
@@ -164,6 +180,61 @@ class ProcFs:
             return parse_environ((self.root / str(pid) / "environ").read_bytes())
         except _GONE:
             return None
+
+    def uid(self, pid: int) -> int | None:
+        """The user `pid` runs as (its real UID), or None when it vanished."""
+        try:
+            return parse_uid((self.root / str(pid) / "status").read_text())
+        except (*_GONE, ValueError):
+            return None
+
+    def socket_inodes(self, pid: int) -> frozenset[int] | None:
+        """The inodes of the sockets `pid` holds open (its `fd/N -> socket:[INODE]` links), or
+        None when its `fd` folder cannot be listed (it needs ptrace-read; the process is gone)."""
+        fd_dir = self.root / str(pid) / "fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            return None
+        found = set()
+        for fd in fds:
+            try:
+                inode = socket_inode(os.readlink(fd_dir / fd))
+            except OSError:  # closed meanwhile
+                continue
+            if inode is not None:
+                found.add(inode)
+        return frozenset(found)
+
+    def tcp_sockets(self, pid: int) -> list[TcpSocket] | None:
+        """Every TCP socket (IPv4 and IPv6) of the network namespace of `pid`
+        (`/proc/PID/net/tcp{,6}`), whoever holds it; None when neither table can be read."""
+        found: list[TcpSocket] = []
+        read_any = False
+        for name in ("tcp", "tcp6"):
+            try:
+                text = (self.root / str(pid) / "net" / name).read_text()
+            except OSError:  # no IPv6 in the kernel, the process gone, no permission
+                continue
+            read_any = True
+            found += parse_net_tcp(text)
+        return found if read_any else None
+
+    def listening_inodes(self, pid: int, port: int) -> frozenset[int] | None:
+        """The inodes of the TCP sockets listening on `port` in the network namespace of `pid`,
+        whoever holds them; None when neither table can be read."""
+        sockets = self.tcp_sockets(pid)
+        if sockets is None:
+            return None
+        return frozenset(s.inode for s in sockets if s.state == LISTEN and s.local_port == port)
+
+    def client_connections(self, pid: int) -> frozenset[int] | None:
+        """The clients' connections `pid` holds open on the ports it listens on (socket
+        inodes); None when its `fd` or `net` tables cannot be read."""
+        held, sockets = self.socket_inodes(pid), self.tcp_sockets(pid)
+        if held is None or sockets is None:
+            return None
+        return served_connections(sockets, held)
 
     def cwd(self, pid: int) -> str | None:
         """The working folder of `pid` as the process names it (a path in its own mount

@@ -96,6 +96,20 @@ def deployment_name(cmdline: Sequence[str]) -> str | None:
     return f"{model}@{uds or port or DEFAULT_PORT}"
 
 
+def api_port(cmdline: Sequence[str]) -> int | None:
+    """The TCP port an API server's command line listens on: the last `--port`, else vLLM's
+    default; None on a Unix socket (`--uds`) or for a port that is not a number."""
+    args = list(cmdline)
+    port: str | None = str(DEFAULT_PORT)
+    for i, arg in enumerate(args):
+        name, eq, inline = _canonical(arg)
+        if name == "uds":
+            return None
+        if name == "port":
+            port = inline if eq else _next_value(args, i)
+    return int(port) if port is not None and port.isdigit() else None
+
+
 def _canonical(arg: str) -> tuple[str, bool, str]:
     """`--max_num_seqs=8` -> ("max-num-seqs", True, "8"); `-tp` -> ("tensor-parallel-size", ...);
     anything else -> ("", False, "")."""

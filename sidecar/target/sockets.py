@@ -8,17 +8,15 @@ engine's last scheduler stats).
 
 `/proc/PID/net/tcp{,6}` lists every socket of PID's network namespace (readable from another
 namespace, a sidecar's included); `/proc/PID/fd` says which of them PID holds (it needs
-ptrace-read access, as py-spy does).
+ptrace-read access, as py-spy does). `ProcFs` reads them (`tcp_sockets`, `socket_inodes`,
+`client_connections`); this module only parses.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
 LISTEN, ESTABLISHED = 0x0A, 0x01  # the `st` column (include/net/tcp_states.h)
-_GONE = (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,15 +44,12 @@ def parse_net_tcp(text: str) -> list[TcpSocket]:
     return out
 
 
-def socket_inodes(fd_targets: list[str]) -> frozenset[int]:
-    """The socket inodes among a process's `fd` link targets (`socket:[12345]`)."""
-    found = set()
-    for target in fd_targets:
-        if target.startswith("socket:[") and target.endswith("]"):
-            inner = target[len("socket:[") : -1]
-            if inner.isdigit():
-                found.add(int(inner))
-    return frozenset(found)
+def socket_inode(target: str) -> int | None:
+    """The inode of a socket from an `fd` link's target (`socket:[12345]`); None otherwise."""
+    if target.startswith("socket:[") and target.endswith("]"):
+        inner = target[len("socket:[") : -1]
+        return int(inner) if inner.isdigit() else None
+    return None
 
 
 def served_connections(sockets: list[TcpSocket], held: frozenset[int]) -> frozenset[int]:
@@ -63,25 +58,3 @@ def served_connections(sockets: list[TcpSocket], held: frozenset[int]) -> frozen
     mine = [s for s in sockets if s.inode in held]
     ports = {s.local_port for s in mine if s.state == LISTEN}
     return frozenset(s.inode for s in mine if s.state == ESTABLISHED and s.local_port in ports)
-
-
-def client_connections(root: Path, pid: int) -> frozenset[int] | None:
-    """The clients' connections `pid` holds open on the ports it listens on (socket inodes),
-    read under the `/proc` tree `root`; None when its `fd` or `net` cannot be read."""
-    base = root / str(pid)
-    try:
-        targets = []
-        for name in os.listdir(base / "fd"):
-            try:
-                targets.append(os.readlink(base / "fd" / name))
-            except OSError:  # closed while we read
-                continue
-        sockets = []
-        for table in ("tcp", "tcp6"):
-            try:
-                sockets += parse_net_tcp((base / "net" / table).read_text())
-            except FileNotFoundError:  # no IPv6 in this kernel
-                continue
-    except (*_GONE, OSError):
-        return None
-    return served_connections(sockets, socket_inodes(targets))

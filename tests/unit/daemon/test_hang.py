@@ -214,13 +214,14 @@ API = _process(4415, Role.API_SERVER, "python -m vllm.entrypoints.openai.api_ser
 
 
 def recorded_connections(moment: str) -> frozenset[int]:
-    from sidecar.target.sockets import parse_net_tcp, served_connections, socket_inodes
+    from sidecar.target.sockets import parse_net_tcp, served_connections, socket_inode
 
     tables = [parse_net_tcp((SOCKETS / f"{moment}-net-tcp{v}.txt").read_text()) for v in ("", "6")]
     fds = [
         line.split(" ", 1)[1] for line in (SOCKETS / f"{moment}-fd.txt").read_text().splitlines()
     ]
-    return served_connections([s for t in tables for s in t], socket_inodes(fds))
+    held = frozenset(i for i in map(socket_inode, fds) if i is not None)
+    return served_connections([s for t in tables for s in t], held)
 
 
 def test_the_api_servers_open_client_connections_are_read_from_its_proc_tables() -> None:

