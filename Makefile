@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv vllm-env browser prometheus lint unit integration test test-like-ci demo bench bench-continuous bench-pyspy bench-trend bench-fleet bench-upload soak noise freeze-check record-diff matrix validate-deploy schema dashboard clean
+.PHONY: venv vllm-env browser prometheus lint unit integration test test-like-ci demo bench bench-continuous bench-pyspy bench-trend bench-fleet bench-upload soak noise freeze-check secrets-check record-diff matrix validate-deploy schema dashboard clean
 
 venv: $(STAMP)
 
@@ -87,6 +87,11 @@ noise: vllm-env
 # min); the record (tests/fixtures/freeze/freeze-check.json) is checked by the unit tests.
 freeze-check: vllm-env
 	$(BIN)/python -m devtools.freeze_check
+
+# vLLM started with --api-key and --hf-token; every file, upload and log the sidecar writes is
+# searched for them (about 4 min); the record (tests/fixtures/secrets/) is checked by unit tests.
+secrets-check: vllm-env
+	$(BIN)/python -m devtools.secrets_check
 
 # Record real windows for `diff` (about 15 min): steady pairs, another workload, another flag.
 record-diff: vllm-env
