@@ -21,6 +21,7 @@ import yaml
 from hypothesis import event, example, given
 from hypothesis import strategies as st
 
+from sidecar.classify import rules as rules_module
 from sidecar.classify.classifier import classify_frames
 from sidecar.classify.rules import RuleKind, RuleSet, default_rules_path, parse_rules
 from sidecar.errors import ConfigError
@@ -49,18 +50,9 @@ HOSTILE_FRAMES = (
 
 # ------------------------------------------------------------------------------- strategies
 
-_SPEC_KEYS = [
-    "function",
-    "function_re",
-    "file",
-    "native",
-    "under",
-    "parents",
-    "waiting_only",
-    "leaf",
-    "stage",
-]
-_RULE_KEYS = ["name", "kind", "phase", "waiting_phase", "stage", "anywhere", "versions", "match"]
+# the loader's own key sets, sorted: the strategies draw from exactly what it accepts
+_SPEC_KEYS = sorted(rules_module._SPEC_KEYS)
+_RULE_KEYS = sorted(rules_module._RULE_KEYS)
 _TOP_KEYS = ["version", "rules", "roles", "fork_boundaries", "ground_truth"]
 _WORDS = [
     *(e.value for enum in (RuleKind, Phase, Stage, Role) for e in enum),

@@ -74,6 +74,19 @@ class Remote(FsspecStore):
         return Counter(k.rsplit("/", 1)[0] for k in self.sizes("") if k.endswith(ROW_NAME))
 
 
+def write_empty(store: SnapshotStore, now: float) -> tuple[str, ...]:
+    """A snapshot of an empty window written at NOW; the folders retention deleted for it."""
+    from sidecar.records.window import Window
+    from sidecar.window.snapshot import build_snapshot
+    from tests.unit.store.test_store import classifier
+
+    window = Window(started_at=now, duration_s=8.0, rate_hz=5.0, stacks=(), samples=0,
+                    errors=0, sampler_cpu_s=0.0, segments=1)  # fmt: skip
+    return store.write(
+        build_snapshot(window, (), classifier(), host=HOST), SnapshotKind.SNAPSHOT
+    ).deleted
+
+
 @pytest.fixture
 def store(tmp_path: Path) -> SnapshotStore:
     return real_output(tmp_path / "out")
@@ -172,9 +185,6 @@ def test_an_outage_backs_off_doubling_and_the_backlog_drains_in_order_after(
 def test_retention_keeps_what_is_not_uploaded_and_deletes_it_once_confirmed(
     tmp_path: Path,
 ) -> None:
-    from sidecar.records.window import Window
-    from sidecar.window.snapshot import build_snapshot
-    from tests.unit.store.test_store import classifier
 
     now = 1_796_200_000.0  # 2026-12-02T08:26:40Z: the fixtures are over a day old
     store = real_output(tmp_path / "out", Retention(3600, 3600, None, 0), clock=lambda: now)
@@ -184,11 +194,7 @@ def test_retention_keeps_what_is_not_uploaded_and_deletes_it_once_confirmed(
     remote.fail_after = 4 + 4  # the two flame folders (three files and the row), then refused
 
     def write() -> tuple[str, ...]:
-        window = Window(started_at=now, duration_s=8.0, rate_hz=5.0, stacks=(), samples=0,
-                        errors=0, sampler_cpu_s=0.0, segments=1)  # fmt: skip
-        return store.write(
-            build_snapshot(window, (), classifier(), host=HOST), SnapshotKind.SNAPSHOT
-        ).deleted
+        return write_empty(store, now)
 
     assert write() == ()  # nothing uploaded yet: every expired folder is held
     up.drain()
@@ -255,9 +261,6 @@ def test_folders_confirmed_for_another_destination_are_sent_again_and_held_until
 ) -> None:
     """Issue 26, item 10: after upload.url changed, the markers of the old bucket kept every
     folder out of the backlog for the new one, and retention deleted them unsent."""
-    from sidecar.records.window import Window
-    from sidecar.window.snapshot import build_snapshot
-    from tests.unit.store.test_store import classifier
 
     now = 1_796_200_000.0  # 2026-12-02T08:26:40Z: the fixtures are over a day old
     store = real_output(tmp_path / "out", Retention(3600, 3600, None, 0), clock=lambda: now)
@@ -267,11 +270,7 @@ def test_folders_confirmed_for_another_destination_are_sent_again_and_held_until
     store.set_hold(up.held)
 
     def write() -> tuple[str, ...]:
-        window = Window(started_at=now, duration_s=8.0, rate_hz=5.0, stacks=(), samples=0,
-                        errors=0, sampler_cpu_s=0.0, segments=1)  # fmt: skip
-        return store.write(
-            build_snapshot(window, (), classifier(), host=HOST), SnapshotKind.SNAPSHOT
-        ).deleted
+        return write_empty(store, now)
 
     assert up.status().backlog == 12 and all(up.held(e.name) for e in store.snapshots())
     remote.down = True  # the new bucket is unreachable: nothing may go
