@@ -23,6 +23,7 @@ import pytest
 from devtools import sidecar_proc
 from devtools.server import VllmServer, free_port
 from sidecar.store.folders import StoredSnapshot
+from sidecar.store.layout import LOCK_NAME
 from sidecar.store.trend_table import PARTS_DIR
 
 pytestmark = pytest.mark.integration
@@ -86,9 +87,11 @@ class Running:
 
 
 def leftovers(host: Path) -> list[str]:
-    """What a writer left half-done: hidden names in the host folder (but the trend table's
-    parts folder, the store's own) and temporary files inside that folder."""
-    out = [p.name for p in host.iterdir() if p.name.startswith(".") and p.name != PARTS_DIR]
+    """What a writer left half-done: hidden names in the host folder (but the store's own: the
+    trend table's parts folder, and the daemon's lock file, kept between runs as flock locks
+    are) and temporary files inside that folder."""
+    own = (PARTS_DIR, LOCK_NAME)
+    out = [p.name for p in host.iterdir() if p.name.startswith(".") and p.name not in own]
     parts = host / PARTS_DIR
     return out + ([p.name for p in parts.iterdir() if p.name.startswith(".")]
                   if parts.is_dir() else [])  # fmt: skip
