@@ -6,6 +6,7 @@ through the code under test."""
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
@@ -59,8 +60,9 @@ def expected(store: SnapshotStore, names: list[str]) -> dict[str, int]:
     """The objects `names` must have become (bucket key -> size of the local file)."""
     out = {}
     for name in names:
-        marker = (store.dir / MARKERS_DIR / f"{name}.json").read_text()
-        prefix = marker.split('"url": "s3://profiles/')[1].split('"')[0]
+        marker = json.loads((store.dir / MARKERS_DIR / f"{name}.json").read_text())
+        prefix = marker["url"].removeprefix(f"s3://{BUCKET}/")  # the folder's own, not the
+        # destination's (markers name both since issue 26, item 10)
         out.update({f"{prefix}{rel}": size for rel, size in folder_files(store, name).items()})
     return out
 
