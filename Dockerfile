@@ -29,16 +29,16 @@ RUN --mount=type=bind,source=.,target=/src,rw \
 # phases.yaml and the example sidecar.yaml; .dockerignore leaves out the Prometheus/Nginx configs.
 COPY configs/ /etc/vllm-sidecar/
 
-# Snapshots go to a volume here; the exporter serves Prometheus on 9464.
+# Snapshots go to a volume here; the exporter serves Prometheus on 19464.
 VOLUME ["/var/lib/vllm-sidecar"]
-EXPOSE 9464
+EXPOSE 19464
 
 # The exporter's /metrics answers once the sidecar has started. This check reaches it on
-# 127.0.0.1:9464, i.e. when it listens on 127.0.0.1 (the default) or 0.0.0.0 (docker-compose.yml);
+# 127.0.0.1:19464, i.e. when it listens on 127.0.0.1 (the default) or 0.0.0.0 (docker-compose.yml);
 # HEALTHCHECK_URL overrides it when the exporter listens elsewhere. (Not VLLM_SIDECAR_*: that
 # prefix is the sidecar's own configuration namespace.)
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
-    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen(os.environ.get('HEALTHCHECK_URL', 'http://127.0.0.1:9464/metrics'), timeout=4)"]
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen(os.environ.get('HEALTHCHECK_URL', 'http://127.0.0.1:19464/metrics'), timeout=4)"]
 
 ENTRYPOINT ["vllm-sidecar"]
 CMD ["run", "--config", "/etc/vllm-sidecar/sidecar.yaml"]

@@ -30,10 +30,10 @@ Panel = tuple[str, str, list[tuple[str, str]], dict[str, Any]]
 ROWS: list[tuple[str, list[Panel]]] = [
     ("Phases", [
         ("Phase shares: $role (all threads)", "percentunit",
-         [(f'vllm_sidecar_phase_share{{{SEL}, role=~"$role"}}', "{{phase}} {{host}}")],
+         [(f'vllm_sidecar_phase_ratio{{{SEL}, role=~"$role"}}', "{{phase}} {{host}}")],
          {"repeat": "role", "stack": True}),
         ("Main-thread phase shares: $role", "percentunit",
-         [(f'vllm_sidecar_main_thread_phase_share{{{SEL}, role=~"$role"}}',
+         [(f'vllm_sidecar_main_thread_phase_ratio{{{SEL}, role=~"$role"}}',
            "{{phase}} {{host}}")],
          {"repeat": "role", "stack": True}),
         ("Model-step samples by stage", "short",
@@ -52,8 +52,8 @@ ROWS: list[tuple[str, list[Panel]]] = [
           (f"vllm_sidecar_serving_itl_p50_seconds{{{SEL}}}", "ITL p50 {{host}}"),
           (f"vllm_sidecar_serving_itl_p95_seconds{{{SEL}}}", "ITL p95 {{host}}")], {}),
         ("Prefill and decode time per request", "s",
-         [(f"vllm_sidecar_serving_prefill_seconds_mean{{{SEL}}}", "prefill {{host}}"),
-          (f"vllm_sidecar_serving_decode_seconds_mean{{{SEL}}}", "decode {{host}}")], {}),
+         [(f"vllm_sidecar_serving_prefill_mean_seconds{{{SEL}}}", "prefill {{host}}"),
+          (f"vllm_sidecar_serving_decode_mean_seconds{{{SEL}}}", "decode {{host}}")], {}),
         ("KV cache usage at each window's end", "percentunit",
          [(f"vllm_sidecar_kv_cache_usage_ratio{{{SEL}}}", "{{host}}")], {"max": 1}),
     ]),
@@ -67,7 +67,7 @@ ROWS: list[tuple[str, list[Panel]]] = [
         ("KV cache size", "bytes",
          [(f"vllm_sidecar_kv_cache_bytes{{{SEL}}}", "{{host}}")], {}),
         ("KV cache over device or host memory", "percentunit",
-         [(f"vllm_sidecar_kv_cache_share{{{SEL}}}", "of {{of}} {{host}}")], {}),
+         [(f"vllm_sidecar_kv_cache_memory_ratio{{{SEL}}}", "of {{of}} {{host}}")], {}),
     ]),
     ("Findings (configs/advice.yaml)", [
         ("Findings by severity", "short",
@@ -91,9 +91,9 @@ ROWS: list[tuple[str, list[Panel]]] = [
     ]),
     ("Sampler health", [
         ("Sampling rate", "hertz",
-         [(f"vllm_sidecar_sampling_rate_hz{{{SEL}}}", "{{host}}")], {}),
+         [(f"vllm_sidecar_sampling_samples_per_second{{{SEL}}}", "{{host}}")], {}),
         ("py-spy CPU against its budget", "percentunit",
-         [(f"vllm_sidecar_sampler_cpu_share{{{SEL}}}", "used {{host}}"),
+         [(f"vllm_sidecar_sampler_cpu_ratio{{{SEL}}}", "used {{host}}"),
           (f"vllm_sidecar_sampler_cpu_budget_ratio{{{SEL}}}", "budget {{host}}")], {}),
         ("Failed samples", "percentunit",
          [(f"rate(vllm_sidecar_sampling_errors_total{{{SEL}}}[$__rate_interval])"
@@ -184,7 +184,7 @@ def dashboard() -> dict[str, Any]:
          "query": "prometheus", "current": {}},
         _variable("host", "Host", "vllm_sidecar_build_info"),
         _variable("deployment", "Deployment", "vllm_sidecar_build_info"),
-        _variable("role", "Role", "vllm_sidecar_phase_share"),
+        _variable("role", "Role", "vllm_sidecar_phase_ratio"),
     ]  # fmt: skip
     return {
         "uid": "vllm-sidecar",

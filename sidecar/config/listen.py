@@ -1,7 +1,7 @@
 """The exporter's listen address, parsed in one place: the config layer checks it at start and on
 SIGHUP, and the exporter binds what it returns.
 
-`127.0.0.1:9464` by default; `0.0.0.0:9464` or `[::]:9464` expose the profile (stack-derived
+`127.0.0.1:19464` by default; `0.0.0.0:19464` or `[::]:19464` expose the profile (stack-derived
 phase shares, process IDs) to the network: do that only behind a firewall or a proxy. `off`
 (or empty) starts no endpoint.
 """
@@ -15,7 +15,7 @@ from sidecar.errors import ConfigError
 DEFAULT_HOST = "127.0.0.1"
 # YAML 1.1 reads a bare `off` or `no` as false; the config layer hands that on as "false".
 OFF = ("", "off", "none", "false", "no")
-FORMS = "write host:port (127.0.0.1:9464, [::1]:9464, :9464) or `off`"
+FORMS = "write host:port (127.0.0.1:19464, [::1]:19464, :19464) or `off`"
 
 
 @dataclass(frozen=True, slots=True)

@@ -173,8 +173,10 @@ class Config:
     upload: UploadConfig = UploadConfig()
     hang: HangConfig = HangConfig()
     trigger: TriggerConfig = TriggerConfig()
-    # The sidecar's own /metrics; "off" disables it.
-    exporter_listen: str = field(default="127.0.0.1:9464", metadata=unit(u.LISTEN))
+    # The sidecar's own /metrics; "off" disables it. 19464: outside Prometheus' exporter
+    # allocations (9100-9999, full, and on past 10000), below the ephemeral ports; 9464, the old
+    # default, is OpenTelemetry's Prometheus exporter's.
+    exporter_listen: str = field(default="127.0.0.1:19464", metadata=unit(u.LISTEN))
     gpu: bool = field(default=True, metadata=unit(u.BOOL))
     log_level: str = field(default="info", metadata=unit(u.LOG_LEVEL))
     # The phases.yaml to classify with; None: the built-in rules.

@@ -7,6 +7,7 @@ poisons `avg()`/`sum()`, while an absent series is what `absent()` and alerts ex
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -19,6 +20,9 @@ from sidecar.records.summary import SnapshotSummary
 from sidecar.version import sidecar_version
 
 PREFIX = "vllm_sidecar_"
+# A custom metric's unit (sidecar/vllm_metrics/custom.py) as the base-unit word its name ends in.
+_BASE_UNITS = {"s": "seconds", "second": "seconds", "B": "bytes", "byte": "bytes",
+               "%": "percent"}  # fmt: skip
 DISK_STATES = ("ok", "low")
 SEVERITIES = ("critical", "warning", "info")
 ENGINE_STATES = ("ok", "idle", "long_step", "stalled", "unknown")
@@ -28,24 +32,26 @@ Family = CounterMetricFamily | GaugeMetricFamily
 # name -> (type, help). Counters are named without `_total`: prometheus_client appends it.
 HELP: Mapping[str, tuple[str, str]] = {
     "build_info": ("gauge", "Always 1; the sidecar's version as a label."),
-    "phase_share": ("gauge", "Share of a role's samples (all threads) per phase."),
-    "main_thread_phase_share": ("gauge", "Share of a role's main-thread samples per phase."),
+    "phase_ratio": ("gauge", "Share of a role's samples (all threads) per phase."),
+    "main_thread_phase_ratio": ("gauge", "Share of a role's main-thread samples per phase."),
     "samples": ("counter", "Stack samples in all snapshots since the sidecar started."),
     "sampling_errors": ("counter", "Failed samples in all snapshots since the sidecar started."),
-    "sampling_rate_hz": ("gauge", "Achieved sampling rate of the latest snapshot."),
-    "sampler_cpu_share": ("gauge", "py-spy CPU time over window length, latest snapshot."),
+    "sampling_samples_per_second": ("gauge", "Achieved sampling rate of the latest snapshot."),
+    "sampler_cpu_ratio": ("gauge", "py-spy CPU time over window length, latest snapshot."),
     "sampler_cpu_budget_ratio": ("gauge", "The CPU budget the rate adapts to (sampling.cpu_budget, "
                                  "a share of one core); absent when off."),
     "sampling_behind_seconds": ("gauge", "How far py-spy fell behind its schedule."),
-    "sidecar_cpu_share": ("gauge", "The whole sidecar's CPU over the window's wall time, of one "
+    "sidecar_cpu_ratio": ("gauge", "The whole sidecar's CPU over the window's wall time, of one "
                           "core: py-spy's (part=py_spy) and its own (part=self), as the budget "
                           "counts them."),
-    "sampling_requested_hz": ("gauge", "Samples per second asked of py-spy for one process."),
-    "sampling_achieved_hz": ("gauge", "Samples per second of one process's main thread seen."),
+    "sampling_requested_samples_per_second": ("gauge", "Samples per second asked of py-spy for "
+                                              "one process."),
+    "sampling_achieved_samples_per_second": ("gauge", "Samples per second of one process's main "
+                                             "thread seen."),
     "sampling_process_errors": ("gauge", "py-spy's failed samples of one process (continuous "
                                 "mode: each process has its own py-spy)."),
     "sampling_process_behind_seconds": ("gauge", "How far one process's py-spy fell behind."),
-    "sampler_process_cpu_share": ("gauge", "One process's py-spy CPU over its sampled time."),
+    "sampler_process_cpu_ratio": ("gauge", "One process's py-spy CPU over its sampled time."),
     "stage_samples": ("gauge", "Model-step samples per stage (prefill, decode, unknown)."),
     "gpu_memory_used_bytes": ("gauge", "Device memory in use (NVML)."),
     "gpu_memory_total_bytes": ("gauge", "Device memory in total (NVML)."),
@@ -55,13 +61,14 @@ HELP: Mapping[str, tuple[str, str]] = {
     "gpu_power_watts": ("gauge", "Board power draw (NVML)."),
     "gpu_process_memory_bytes": ("gauge", "Device memory held by one target process on one GPU."),
     "kv_cache_bytes": ("gauge", "KV-cache size as vLLM configured it."),
-    "kv_cache_share": ("gauge", "KV-cache size over GPU memory (of=gpu) or host memory (of=host)."),
+    "kv_cache_memory_ratio": ("gauge", "KV-cache size over GPU memory (of=gpu) or host memory "
+                              "(of=host)."),
     "kv_cache_usage_ratio": ("gauge", "vLLM's kv_cache_usage_perc at the window's end (1 = full)."),
     "serving_requests_per_second": ("gauge", "Finished requests per second."),
     "serving_prompt_tokens_per_second": ("gauge", "Prompt tokens per second."),
     "serving_generation_tokens_per_second": ("gauge", "Generated tokens per second."),
-    "serving_prefill_seconds_mean": ("gauge", "Mean prefill time per request over the window."),
-    "serving_decode_seconds_mean": ("gauge", "Mean decode time per request over the window."),
+    "serving_prefill_mean_seconds": ("gauge", "Mean prefill time per request over the window."),
+    "serving_decode_mean_seconds": ("gauge", "Mean decode time per request over the window."),
     # Window quantiles, one gauge each: a `quantile` label is reserved for summaries and
     # `promtool check metrics` rejects it on a gauge. Earlier builds exported
     # serving_ttft_seconds{quantile="0.5"|"0.95"} (README: "Prometheus and Grafana").
@@ -70,7 +77,8 @@ HELP: Mapping[str, tuple[str, str]] = {
     "serving_itl_p50_seconds": ("gauge", "Median inter-token latency over the window."),
     "serving_itl_p95_seconds": ("gauge", "95th percentile inter-token latency, window."),
     "custom": ("gauge", "A custom metric (config custom_metrics) over the window: a rate per "
-               "second, a mean or a last value, as `kind` says; absent when not measured."),
+               "second, a mean or a last value, as `kind` says; absent when not measured. Its "
+               "unit ends the name (custom_seconds, custom_bytes_per_second; none: custom)."),
     "last_snapshot_timestamp_seconds": ("gauge", "When the last snapshot of this kind was done."),
     "snapshot_age_seconds": ("gauge", "Seconds since the last snapshot of this kind."),
     "snapshot_lateness_seconds": ("gauge", "How late the latest window started."),
@@ -109,8 +117,8 @@ SERVING = (
     ("serving_requests_per_second", "requests_per_s"),
     ("serving_prompt_tokens_per_second", "prompt_tokens_per_s"),
     ("serving_generation_tokens_per_second", "generation_tokens_per_s"),
-    ("serving_prefill_seconds_mean", "prefill_time_mean_s"),
-    ("serving_decode_seconds_mean", "decode_time_mean_s"),
+    ("serving_prefill_mean_seconds", "prefill_time_mean_s"),
+    ("serving_decode_mean_seconds", "decode_time_mean_s"),
     ("serving_ttft_p50_seconds", "ttft_p50_s"),
     ("serving_ttft_p95_seconds", "ttft_p95_s"),
     ("serving_itl_p50_seconds", "itl_p50_s"),
@@ -145,8 +153,25 @@ class _Families:
         return iter(self._families.values())
 
 
+def custom_family(unit: str | None) -> str:
+    """A custom metric's family: its unit folded into the name, as Prometheus' naming asks
+    rather than a `unit` label (s -> custom_seconds, B/s -> custom_bytes_per_second,
+    /s -> custom_per_second, requests -> custom_requests; none -> custom)."""
+    parts = [_unit_word(part) for part in (unit or "").split("/", 1)]
+    # A rate's denominator is singular: bytes_per_second, not bytes_per_seconds.
+    words = [parts[0], *(f"per_{p.removesuffix('s') if p == 'seconds' else p}"
+                         for p in parts[1:] if p)]  # fmt: skip
+    return "_".join(["custom", *(w for w in words if w)])
+
+
+def _unit_word(unit: str) -> str:
+    unit = unit.strip()
+    word = _BASE_UNITS.get(unit) or re.sub(r"[^a-z0-9]+", "_", unit.lower()).strip("_")
+    return _BASE_UNITS.get(word, word)
+
+
 def _family(name: str, labels: list[str]) -> Family:
-    kind, doc = HELP[name]
+    kind, doc = HELP["custom" if name.startswith("custom_") else name]
     if kind == "counter":
         return CounterMetricFamily(PREFIX + name, doc, labels=labels)
     return GaugeMetricFamily(PREFIX + name, doc, labels=labels)
@@ -207,12 +232,12 @@ def _add_summary(
     out: _Families, summary: SnapshotSummary, target: dict[str, str], host: dict[str, str]
 ) -> None:
     sampling = summary.sampling
-    out.add("sampling_rate_hz", target, sampling.rate_hz)
-    out.add("sampler_cpu_share", target, sampling.sampler_cpu_share)
+    out.add("sampling_samples_per_second", target, sampling.rate_hz)
+    out.add("sampler_cpu_ratio", target, sampling.sampler_cpu_share)
     out.add("sampling_behind_seconds", target, sampling.behind_s)
     _add_efficiency(out, summary, target)
-    for name, by_role in (("phase_share", summary.by_role),
-                          ("main_thread_phase_share", summary.main_thread)):  # fmt: skip
+    for name, by_role in (("phase_ratio", summary.by_role),
+                          ("main_thread_phase_ratio", summary.main_thread)):  # fmt: skip
         for role, shares in by_role.items():
             # Every phase, 0 where none was seen: a known zero keeps the series continuous.
             for phase in Phase:
@@ -223,8 +248,7 @@ def _add_summary(
     _add_gpu(out, summary, target, host)
     _add_serving(out, summary.serving, summary.kv_cache, target)
     for m in summary.custom:  # one series per custom metric; None (not measured): absent
-        out.add("custom", {**target, "name": m.name, "kind": m.kind, "unit": m.unit or ""},
-                m.value)  # fmt: skip
+        out.add(custom_family(m.unit), {**target, "name": m.name, "kind": m.kind}, m.value)
 
 
 def _add_efficiency(out: _Families, summary: SnapshotSummary, target: dict[str, str]) -> None:
@@ -232,17 +256,17 @@ def _add_efficiency(out: _Families, summary: SnapshotSummary, target: dict[str, 
     s = summary.sampling
     wall = s.duration_s
     if wall > 0:
-        out.add("sidecar_cpu_share", {**target, "part": "py_spy"}, s.sampler_cpu_s / wall)
+        out.add("sidecar_cpu_ratio", {**target, "part": "py_spy"}, s.sampler_cpu_s / wall)
         if s.self_cpu_s is not None:
-            out.add("sidecar_cpu_share", {**target, "part": "self"}, s.self_cpu_s / wall)
+            out.add("sidecar_cpu_ratio", {**target, "part": "self"}, s.self_cpu_s / wall)
     for p in s.processes:
         labels = {**target, "role": p.role.value, "pid": str(p.pid)}
-        out.add("sampling_requested_hz", labels, p.requested_hz)
-        out.add("sampling_achieved_hz", labels, p.achieved_hz)
+        out.add("sampling_requested_samples_per_second", labels, p.requested_hz)
+        out.add("sampling_achieved_samples_per_second", labels, p.achieved_hz)
         out.add("sampling_process_errors", labels, p.errors)
         out.add("sampling_process_behind_seconds", labels, p.behind_s)
         if p.cpu_s is not None and wall > 0:
-            out.add("sampler_process_cpu_share", labels, p.cpu_s / wall)
+            out.add("sampler_process_cpu_ratio", labels, p.cpu_s / wall)
 
 
 def _add_findings(out: _Families, view: ExporterView, target: dict[str, str]) -> None:
@@ -283,7 +307,7 @@ def _add_serving(
     if kv:
         out.add("kv_cache_bytes", target, kv.bytes)
         if kv.share_of:
-            out.add("kv_cache_share", {**target, "of": kv.share_of}, kv.share)
+            out.add("kv_cache_memory_ratio", {**target, "of": kv.share_of}, kv.share)
         out.add("kv_cache_usage_ratio", target, kv.usage)
 
 

@@ -1,7 +1,7 @@
 """The sidecar's own Prometheus endpoint, on a private registry: nothing else in the process
 (py-spy runner, client libraries) can add to or clash with our metrics.
 
-Listening: `127.0.0.1:9464` by default; `0.0.0.0:9464` or `[::]:9464` expose the profile
+Listening: `127.0.0.1:19464` by default; `0.0.0.0:19464` or `[::]:19464` expose the profile
 (stack-derived phase shares, process IDs) to the network: do that only behind a firewall or a
 proxy. `off` (or empty) starts no endpoint.
 """

@@ -148,7 +148,7 @@ def test_continuous_periods_and_snapshots_on_a_trigger_marked_with_their_cause(
     assert re.search(
         r'vllm_sidecar_triggered_snapshots_total\{cause="signal",[^}]*\} 1\.0', metrics
     )
-    assert re.search(r'vllm_sidecar_sidecar_cpu_share\{[^}]*part="self"', metrics), metrics
+    assert re.search(r'vllm_sidecar_sidecar_cpu_ratio\{[^}]*part="self"', metrics), metrics
 
 
 def test_a_frozen_engine_core_raises_the_stall_with_an_incident_and_sigcont_clears_it(

@@ -159,7 +159,7 @@ def test_snapshots_on_schedule_baselines_and_exporter(
     # The phase shares exported are those of the latest window the daemon handed over: a
     # window whose py-spy failed on this loaded box exports none (absent, never stale) and
     # counts the failure instead.
-    exported = set(re.findall(r'vllm_sidecar_phase_share\{[^}]*role="(\w+)"', metrics))
+    exported = set(re.findall(r'vllm_sidecar_phase_ratio\{[^}]*role="(\w+)"', metrics))
     windows = [set(json.loads((f / "summary.json").read_text())["by_role"]) for f in d.snapshots()]
     assert exported in windows, (exported, windows)
     if not exported:

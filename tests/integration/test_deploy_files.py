@@ -361,7 +361,7 @@ def test_sidecar_volumes_config_and_exporter(compose: dict[str, Any]) -> None:
     assert (ROOT / config["source"]).is_file(), "the mounted config must exist in the checkout"
     command = sidecar["command"]
     assert command[:3] == ["run", "--config", "/etc/vllm-sidecar/sidecar.yaml"]
-    assert flag_value(command, "--exporter-listen") == "0.0.0.0:9464"
+    assert flag_value(command, "--exporter-listen") == "0.0.0.0:19464"
     assert flag_value(command, "--out") == "/var/lib/vllm-sidecar"
     assert "--discover" in command
     assert all(p.startswith("127.0.0.1:") for p in sidecar["ports"]), "exporter on loopback only"
@@ -416,7 +416,7 @@ def test_prometheus_scrapes_vllm_and_the_sidecar() -> None:
         job["job_name"]: [t for sc in job["static_configs"] for t in sc["targets"]]
         for job in config["scrape_configs"]
     }
-    assert targets == {"vllm": ["vllm:8000"], "vllm-sidecar": ["sidecar-exporter:9464"]}
+    assert targets == {"vllm": ["vllm:8000"], "vllm-sidecar": ["sidecar-exporter:19464"]}
 
 
 def test_nginx_streams_server_sent_events() -> None:
@@ -433,7 +433,7 @@ def test_dockerfile_entrypoint_and_healthcheck() -> None:
     assert re.search(r"^FROM python:3\.11-slim$", text, re.M)
     assert 'ENTRYPOINT ["vllm-sidecar"]' in text
     assert 'CMD ["run", "--config", "/etc/vllm-sidecar/sidecar.yaml"]' in text
-    assert re.search(r"^HEALTHCHECK .*\n.*127\.0\.0\.1:9464/metrics", text, re.M)
+    assert re.search(r"^HEALTHCHECK .*\n.*127\.0\.0\.1:19464/metrics", text, re.M)
     assert "pip install /src" in text
 
 

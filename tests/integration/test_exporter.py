@@ -151,7 +151,7 @@ def test_phase_shares_match_the_summary(state: ExporterState, exporter: Exporter
     summary = build_summary()
     _feed(state, summary)
     got = scrape(exporter)
-    for metric, key in (("phase_share", "by_role"), ("main_thread_phase_share", "main_thread")):
+    for metric, key in (("phase_ratio", "by_role"), ("main_thread_phase_ratio", "main_thread")):
         by_role = getattr(summary, key)
         assert by_role, key
         for role, shares in by_role.items():
@@ -177,8 +177,8 @@ def test_every_section_of_the_summary_is_exported(
     assert got.value("vllm_sidecar_build_info", version=sidecar_version(), host="node-7") == 1
     assert got.value("vllm_sidecar_samples_total", host="node-7") == sampling.samples
     assert got.value("vllm_sidecar_sampling_errors_total") == 3
-    assert got.value("vllm_sidecar_sampling_rate_hz", target="1") == 50.0
-    assert got.value("vllm_sidecar_sampler_cpu_share") == pytest.approx(0.0375)
+    assert got.value("vllm_sidecar_sampling_samples_per_second", target="1") == 50.0
+    assert got.value("vllm_sidecar_sampler_cpu_ratio") == pytest.approx(0.0375)
     assert got.value("vllm_sidecar_sampler_cpu_budget_ratio", target="1") == 0.02
     assert got.value("vllm_sidecar_sampling_behind_seconds") == 0.0
     # GPU: the H100 of h100_tp1.yaml, and the EngineCore's context on it by its container PID.
@@ -197,7 +197,7 @@ def test_every_section_of_the_summary_is_exported(
     assert got.value("vllm_sidecar_serving_generation_tokens_per_second") == pytest.approx(
         serving.generation_tokens_per_s
     )
-    assert got.value("vllm_sidecar_serving_decode_seconds_mean") == pytest.approx(
+    assert got.value("vllm_sidecar_serving_decode_mean_seconds") == pytest.approx(
         serving.decode_time_mean_s
     )
     for name, value in (("ttft_p50", serving.ttft_p50_s), ("ttft_p95", serving.ttft_p95_s),
@@ -205,7 +205,7 @@ def test_every_section_of_the_summary_is_exported(
         assert value is not None, name
         assert got.value(f"vllm_sidecar_serving_{name}_seconds") == pytest.approx(value)
     assert got.value("vllm_sidecar_kv_cache_bytes") == 1 << 30
-    assert got.value("vllm_sidecar_kv_cache_share", of="gpu") == pytest.approx(kv.share)
+    assert got.value("vllm_sidecar_kv_cache_memory_ratio", of="gpu") == pytest.approx(kv.share)
     assert got.value("vllm_sidecar_kv_cache_usage_ratio") == 0.0
     # The daemon's own state; the age is the injected clock's, at scrape time.
     assert got.value("vllm_sidecar_last_snapshot_timestamp_seconds", kind="periodic") == T0
@@ -306,7 +306,7 @@ def test_unknown_values_are_omitted_never_nan(
     got = scrape(exporter)
     assert "vllm_sidecar_serving_requests_per_second" not in got.families
     assert "vllm_sidecar_gpu_power_watts" not in got.families
-    assert "vllm_sidecar_sampler_cpu_share" not in got.families
+    assert "vllm_sidecar_sampler_cpu_ratio" not in got.families
     assert "vllm_sidecar_serving_prompt_tokens_per_second" in got.families
     assert all(math.isfinite(s.value) for s in got.samples)
 
@@ -381,13 +381,13 @@ def test_off_starts_nothing(listen: str | None, state: ExporterState) -> None:
 @pytest.mark.parametrize(
     ("listen", "expected"),
     [
-        ("127.0.0.1:9464", ListenAddress("127.0.0.1", 9464)),
-        ("0.0.0.0:9464", ListenAddress("0.0.0.0", 9464)),  # all interfaces: on purpose only
-        (":9464", ListenAddress("127.0.0.1", 9464)),
-        ("9464", ListenAddress("127.0.0.1", 9464)),
-        ("[::1]:9464", ListenAddress("::1", 9464)),
-        ("[::]:9464", ListenAddress("::", 9464)),
-        ("localhost:9464", ListenAddress("localhost", 9464)),
+        ("127.0.0.1:19464", ListenAddress("127.0.0.1", 19464)),
+        ("0.0.0.0:19464", ListenAddress("0.0.0.0", 19464)),  # all interfaces: on purpose only
+        (":19464", ListenAddress("127.0.0.1", 19464)),
+        ("19464", ListenAddress("127.0.0.1", 19464)),
+        ("[::1]:19464", ListenAddress("::1", 19464)),
+        ("[::]:19464", ListenAddress("::", 19464)),
+        ("localhost:19464", ListenAddress("localhost", 19464)),
         ("off", None),
     ],
 )
@@ -401,9 +401,9 @@ def test_parse_listen(listen: str, expected: ListenAddress | None) -> None:
         ("127.0.0.1", "no valid port"),
         ("127.0.0.1:http", "no valid port"),
         ("127.0.0.1:70000", "no valid port"),
-        ("::1:9464", "brackets"),
-        ("[::1]9464", r"\[::1\]:9464"),
-        ("[]:9464", r"\[::1\]:9464"),
+        ("::1:19464", "brackets"),
+        ("[::1]19464", r"\[::1\]:19464"),
+        ("[]:19464", r"\[::1\]:19464"),
     ],
 )
 def test_parse_listen_rejects(listen: str, message: str) -> None:

@@ -58,7 +58,7 @@ def test_each_deployment_has_its_own_series(fleet_text: str) -> None:
     samples = [s for f in text_string_to_metric_families(fleet_text) for s in f.samples]
     up = {s.labels["deployment"]: s.value for s in samples if s.name == "vllm_sidecar_target_up"}
     assert up == {"tiny@8000": 1.0, "tiny@8001": 0.0}
-    shares = [s for s in samples if s.name == "vllm_sidecar_phase_share"]
+    shares = [s for s in samples if s.name == "vllm_sidecar_phase_ratio"]
     assert shares and {s.labels["deployment"] for s in shares} == {"tiny@8000"}
     assert {s.labels["root_start"] for s in shares} == {"111"}
     # Series are unique: no two samples share a name and a label set.

@@ -174,11 +174,11 @@ def test_one_daemon_follows_two_servers_then_a_third(
     # The exporter tells them apart: each deployment its own series and root start.
     assert gauge(both, "target_up", ta) == [1.0] and gauge(both, "target_up", tb) == [1.0]
     assert gauge(after, "target_up", tb) == [0.0] and gauge(after, "target_up", tc) == [1.0]
-    roots = set(re.findall(r'sampling_rate_hz\{[^}]*deployment="([^"]+)"[^}]*root_start="(\d+)"',
-                           both))  # fmt: skip
+    roots = set(re.findall(r'sampling_samples_per_second\{[^}]*deployment="([^"]+)"'
+                           r'[^}]*root_start="(\d+)"', both))  # fmt: skip
     assert {d for d, _ in roots} >= {ta, tb} and len({r for _, r in roots}) == len(roots)
-    assert gauge(after, "sampling_rate_hz", tb) == []  # a gone server's window gauges go
-    shares = re.findall(rf'phase_share\{{[^}}]*deployment="{re.escape(tc)}"[^}}]*\}}', after)
+    assert gauge(after, "sampling_samples_per_second", tb) == []  # a gone server's gauges go
+    shares = re.findall(rf'phase_ratio\{{[^}}]*deployment="{re.escape(tc)}"[^}}]*\}}', after)
     assert shares, after
     # The readers take each deployment folder as they take a host folder.
     assert {p.name for p in host_folders(fleet.out, None)} >= {ta, tb, tc}

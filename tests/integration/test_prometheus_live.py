@@ -195,7 +195,7 @@ def test_prometheus_answers_phase_shares_the_daemon_wrote(stack: Stack) -> None:
         stack.api.removesuffix("/api/v1") + "/-/ready", timeout=5).status == 200)  # fmt: skip
     written = stack.wait("snapshot on disk", lambda: summaries(stack.out))
     series = stack.wait("phase share in Prometheus",
-                        lambda: stack.query('vllm_sidecar_phase_share{job="vllm-sidecar"}'))  # fmt: skip
+                        lambda: stack.query('vllm_sidecar_phase_ratio{job="vllm-sidecar"}'))  # fmt: skip
     got = {(s["metric"]["role"], s["metric"]["phase"]): float(s["value"][1]) for s in series}
     # The shares Prometheus answers are those of a snapshot on disk (the latest one it scraped).
     on_disk = [{(role, phase): shares.get(phase, 0.0) for role, shares in s["by_role"].items()
@@ -208,7 +208,7 @@ def test_prometheus_answers_phase_shares_the_daemon_wrote(stack: Stack) -> None:
         total = sum(v for (r, _), v in got.items() if r == role)
         assert total == pytest.approx(1.0, abs=1e-3), role
     # The same, aggregated in PromQL: one share per role, summing to 1.
-    sums = stack.query('sum by (role) (vllm_sidecar_phase_share{job="vllm-sidecar"})')
+    sums = stack.query('sum by (role) (vllm_sidecar_phase_ratio{job="vllm-sidecar"})')
     assert {s["metric"]["role"] for s in sums} == roles
     assert all(float(s["value"][1]) == pytest.approx(1.0, abs=1e-3) for s in sums)
     assert stack.query('up{job="vllm-sidecar"} == 1')
@@ -256,7 +256,7 @@ def test_dashboard_queries_run_and_rules_evaluate(stack: Stack) -> None:
 
 def test_the_live_exporter_passes_promtool_check_metrics(stack: Stack) -> None:
     url = f"http://127.0.0.1:{stack.exporter_port}/metrics"
-    stack.wait("a snapshot in the exporter", lambda: "vllm_sidecar_phase_share{" in
+    stack.wait("a snapshot in the exporter", lambda: "vllm_sidecar_phase_ratio{" in
                urllib.request.urlopen(url, timeout=5).read().decode())  # fmt: skip
     with urllib.request.urlopen(url, timeout=5) as response:
         text = response.read().decode()

@@ -161,7 +161,7 @@ def test_exporter_listen_is_checked_at_load(tmp_path: Path) -> None:
     """It used to be parsed only when the exporter started: after the target was found."""
     path = write(tmp_path, 'exporter_listen: "nonsense"')
     assert refused(path).startswith("exporter_listen: 'nonsense' has no valid port; write host:")
-    message = refused(environ={"VLLM_SIDECAR_EXPORTER_LISTEN": "::1:9464"})
+    message = refused(environ={"VLLM_SIDECAR_EXPORTER_LISTEN": "::1:19464"})
     assert "without brackets" in message and "(variable VLLM_SIDECAR_EXPORTER_LISTEN)" in message
     assert "(flag --exporter-listen)" in refused(flags={"exporter_listen": "127.0.0.1:http"})
 
@@ -169,7 +169,7 @@ def test_exporter_listen_is_checked_at_load(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [("exporter_listen: off", "off"), ("exporter_listen: 9465", "9465"),
-     ("exporter_listen: '[::1]:9464'", "[::1]:9464")],
+     ("exporter_listen: '[::1]:19464'", "[::1]:19464")],
 )  # fmt: skip
 def test_exporter_listen_forms(tmp_path: Path, text: str, expected: str) -> None:
     assert load_config(write(tmp_path, text), environ={}).exporter_listen == expected

@@ -24,7 +24,7 @@ def test_documented_example_is_valid_and_means_the_defaults() -> None:
     config = load_config(EXAMPLE, environ={})
     assert config.schedule.interval_s == 300 and config.schedule.baseline_every_s == 3600
     assert config.sampling.cpu_budget == pytest.approx(0.02)
-    assert config.exporter_listen == "127.0.0.1:9464"
+    assert config.exporter_listen == "127.0.0.1:19464"
     defaults = Config()
     assert (config.target, config.sampling, config.schedule, config.output) == (
         defaults.target, defaults.sampling, defaults.schedule, defaults.output,

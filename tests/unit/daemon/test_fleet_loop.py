@@ -215,7 +215,7 @@ def test_one_server_stops_and_a_third_starts_the_other_loses_nothing() -> None:
     up = {labels["deployment"]: v for labels, v in samples(d, "vllm_sidecar_target_up")}
     assert up == {"m@8000": 1, "m@8001": 0, "m@8002": 1}
     # The gone server's window gauges go with it; the others' are told apart by their labels.
-    rates = samples(d, "vllm_sidecar_sampling_rate_hz")
+    rates = samples(d, "vllm_sidecar_sampling_samples_per_second")
     assert {(x["deployment"], x["model"], x["port"], x["root_start"]) for x, _ in rates} == {
         ("m@8000", "m", "8000", str(one.root.start_time)),
         ("m@8002", "m", "8002", str(three.root.start_time)),

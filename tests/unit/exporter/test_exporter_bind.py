@@ -16,7 +16,7 @@ from sidecar.config.load import load_config
 from sidecar.config.settings import Config
 from sidecar.exporter.server import _bind_failed
 
-ADDRESS = ListenAddress("127.0.0.1", 9464)
+ADDRESS = ListenAddress("127.0.0.1", 19464)
 ERRORS = [
     OSError(errno.EADDRINUSE, "Address already in use"),
     OSError(errno.EACCES, "Permission denied"),

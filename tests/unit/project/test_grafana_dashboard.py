@@ -76,7 +76,7 @@ def test_variables_select_host_deployment_and_role() -> None:
         assert v["query"]["query"].startswith("label_values(vllm_sidecar_"), name
     repeated = [p for p in panels() if p.get("repeat")]
     assert {p["repeat"] for p in repeated} == {"role"}
-    assert any("phase_share" in t["expr"] for p in repeated for t in p["targets"])
+    assert any("phase_ratio" in t["expr"] for p in repeated for t in p["targets"])
 
 
 def test_every_selector_follows_host_and_deployment() -> None:
@@ -113,8 +113,8 @@ def test_dashboard_names_are_exported_or_documented_later() -> None:
 
 def test_the_dashboard_covers_each_family_of_the_issue() -> None:
     text = " ".join(exprs())
-    for name in ("phase_share", "serving_ttft_p95_seconds", "gpu_memory_used_bytes",
-                 "finding", "stalled_seconds", "sampler_cpu_share", "sampling_errors_total"):  # fmt: skip
+    for name in ("phase_ratio", "serving_ttft_p95_seconds", "gpu_memory_used_bytes",
+                 "finding", "stalled_seconds", "sampler_cpu_ratio", "sampling_errors_total"):  # fmt: skip
         assert f"vllm_sidecar_{name}" in text, name
 
 

@@ -118,9 +118,9 @@ def test_config_and_flags_are_ones_the_sidecar_takes(
     assert {a for a in args if a.startswith("--")} <= taken
     # The exporter listens on every interface of the pod, on the port the Service names.
     listen = flag(args, "--exporter-listen")
-    assert listen == config.exporter_listen == "0.0.0.0:9464"
+    assert listen == config.exporter_listen == "0.0.0.0:19464"
     port = next(p for p in sidecar(objects)["ports"] if p["name"] == "metrics")
-    assert port["containerPort"] == 9464
+    assert port["containerPort"] == 19464
     assert flag(args, "--out") == str(config.output.dir) == "/var/lib/vllm-sidecar"
 
 

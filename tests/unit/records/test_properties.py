@@ -206,7 +206,7 @@ _TOP_KEYS = [name for name in _DEFAULTS if name not in _SECTION_KEYS]
 _EDGES = ["inf", "-inf", "nan", "1e999", "2%", "1e999%", "90s", "1e999s", "5m", "0", "-1", "0x10"]
 _SCALARS = (
     st.sampled_from([math.inf, -math.inf, math.nan, 0, -1, 0.0, 1e308, 2**63, 2**1000, True])
-    | st.sampled_from([*_EDGES, "off", "null", "true", "no", "127.0.0.1:9464", "/tmp/x", "info"])
+    | st.sampled_from([*_EDGES, "off", "null", "true", "no", "127.0.0.1:19464", "/tmp/x", "info"])
     | st.none()
     | st.integers()
     | st.floats()

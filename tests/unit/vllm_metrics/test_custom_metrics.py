@@ -396,11 +396,21 @@ def test_the_exporter_has_one_gauge_per_custom_metric() -> None:
     registry = CollectorRegistry()
     registry.register(SidecarCollector(state))
     text = generate_latest(registry).decode()
-    lines = [line for line in text.splitlines() if line.startswith("vllm_sidecar_custom{")]
+    lines = [line for line in text.splitlines() if line.startswith("vllm_sidecar_custom")]
     assert len(lines) == 2  # the one not measured is absent, never NaN
-    assert any('name="router_queue"' in line and 'kind="mean"' in line and line.endswith(" 5.0")
+    assert not any("unit=" in line for line in lines)  # the unit ends the name, not a label
+    assert any(line.startswith('vllm_sidecar_custom{') and 'name="router_queue"' in line
+               and 'kind="mean"' in line and line.endswith(" 5.0") for line in lines)  # fmt: skip
+    assert any(line.startswith('vllm_sidecar_custom_per_second{') and 'name="tokens"' in line
                for line in lines)  # fmt: skip
-    assert any('name="tokens"' in line and 'unit="/s"' in line for line in lines)
+
+
+def test_a_custom_metrics_unit_ends_its_family_name() -> None:
+    from sidecar.exporter.collector import custom_family
+
+    assert [custom_family(u) for u in ("s", "B/s", "/s", "requests", None, "")] == [
+        "custom_seconds", "custom_bytes_per_second", "custom_per_second", "custom_requests",
+        "custom", "custom"]  # fmt: skip
 
 
 def test_doctor_probes_each_custom_metric_in_one_scrape() -> None:
