@@ -38,11 +38,12 @@ if TYPE_CHECKING:
 def report(
     snapshot_dir: Path, fmt: str, out: Path | None, host: str | None, advice: Path | None
 ) -> None:
-    """Print the profile of one snapshot: memory, computation time, throughput, findings
-    (what to change, with the evidence), breakdowns. With --format html, SNAPSHOT may be an
-    output folder: its latest snapshot is shown."""
+    """Print the profile of one snapshot: which snapshot (when, how long, how sampled) and its
+    caveats, then memory, computation time, throughput, findings (what to change, with the
+    evidence), breakdowns. SNAPSHOT may be an output folder (the daemon's output.dir), a host
+    or a deployment folder in it: its latest snapshot is shown, named in the header."""
     from sidecar.advice.rules import load_advice
-    from sidecar.report.text import render, report_data
+    from sidecar.report.text import render_report, report_data
     from sidecar.store.summary_io import read_summary
     from sidecar.store.writers import to_jsonable
 
@@ -50,13 +51,32 @@ def report(
     if fmt == "html":
         _report_page(snapshot_dir, out, host, rules)
         return
-    if out is not None or host is not None:
-        raise ConfigError("--out and --host go with --format html")
-    summary = read_summary(snapshot_dir)
+    if out is not None:
+        raise ConfigError("--out goes with --format html")
+    folder, source = _snapshot_of(snapshot_dir, host)
+    summary = read_summary(folder)
     if fmt == "json":
-        click.echo(json_text(to_jsonable(report_data(summary, rules)), indent=2))
+        click.echo(json_text(to_jsonable(report_data(summary, rules, source)), indent=2))
     else:
-        click.echo(render(summary, rules))
+        click.echo(render_report(summary, rules, source))
+
+
+def _snapshot_of(path: Path, host: str | None) -> tuple[Path, str | None]:
+    """The snapshot folder PATH names: itself, or the latest snapshot of the output, host or
+    deployment folder it is (HOST picks one where it holds several); with the folder chosen,
+    for the header (None: PATH itself)."""
+    from sidecar.report.page_inputs import latest_snapshot
+    from sidecar.store.layout import OutputTree
+    from sidecar.store.summary_io import SUMMARY_NAME
+
+    tree = OutputTree(path)
+    if (path.is_dir() and not (path / SUMMARY_NAME).is_file()
+            and (host is not None or tree.snapshots() or tree.hosts())):  # fmt: skip
+        chosen = latest_snapshot(tree.host_folder(host))
+        return chosen, str(chosen)
+    if host is not None:
+        raise ConfigError("--host goes with an output folder, not a snapshot folder")
+    return path, None
 
 
 def _report_page(

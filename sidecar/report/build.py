@@ -9,6 +9,7 @@ requests/s but no token rate still makes a report.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import PurePath
 
 from sidecar.advice.findings import Evaluation
 from sidecar.analyze.computation import PER_REQUEST_QUESTION, SPLIT_HOW, STEP_QUESTION, step_split
@@ -21,6 +22,7 @@ from sidecar.report.views import (
     Device,
     FindingsView,
     GpuMemory,
+    HeaderView,
     HostOnlyMemory,
     Latency,
     MemoryReading,
@@ -37,6 +39,7 @@ from sidecar.report.views import (
     StagesView,
     ThroughputView,
 )
+from sidecar.store.layout import parse_name
 
 PER_REQUEST_SOURCE = "vLLM request_prefill/decode_time_seconds, mean per request over the window"
 STAGE_HOW = "model-step samples by the stage their stack shows"
@@ -45,11 +48,13 @@ NO_STEP_SPLIT = "no model-step samples, or no token counts to split them by"
 ALL_GPUS = "all of this host's GPUs: which ones the target uses is unknown"
 
 
-def report_view(s: SnapshotSummary, ev: Evaluation) -> ReportView:
-    """The whole report of S, with EV, the advice rules' verdicts on it."""
+def report_view(s: SnapshotSummary, ev: Evaluation, source: str | None = None) -> ReportView:
+    """The whole report of S, with EV, the advice rules' verdicts on it; SOURCE: the snapshot
+    folder chosen, when the report was pointed at the folder holding it."""
     return ReportView(
         snapshot=s.name,
         schema=s.schema,
+        header=header_view(s, source),
         memory=memory_view(s),
         computation=computation_view(s),
         throughput=throughput_view(s),
@@ -61,6 +66,24 @@ def report_view(s: SnapshotSummary, ev: Evaluation) -> ReportView:
         processes=process_rows(s),
         threads=threads_view(s),
         caveats=tuple(caveats(s)),
+    )
+
+
+def header_view(s: SnapshotSummary, source: str | None = None) -> HeaderView:
+    """Which snapshot, when, for how long, at what rate: what the report opens with."""
+    sampling, cause = s.sampling, s.cause
+    named = parse_name(PurePath(source).name) if source is not None else None
+    return HeaderView(
+        # a summary without a kind: one-shot, unless a store's folder name says (a copy)
+        kind=s.kind or (named[0].value if named else "one-shot"),
+        host=s.host,
+        deployment=s.deployment,
+        started=s.created_at,
+        duration_s=sampling.duration_s,
+        rate_hz=sampling.rate_hz,
+        mode=sampling.mode or "windows",
+        cause=None if cause is None else f"{cause.kind.value}: {cause.detail} (at {cause.at})",
+        source=source,
     )
 
 

@@ -1,5 +1,8 @@
 """`vllm-sidecar report SNAPSHOT`: the operator's view of one snapshot, as text and as JSON.
 
+The text opens with a header (`header_lines`: which snapshot, when, how long, how sampled, and
+its caveats) before the `[Profile]` blocks.
+
 Both come from one `ReportView`, built once from the typed summary (sidecar/report/build.py):
 `--format json` prints its `to_jsonable`, and the text reads its attributes. A part that was not
 measured says so ("not measured: ...") instead of printing a zero.
@@ -8,9 +11,10 @@ measured says so ("not measured: ...") instead of printing a zero.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
-from sidecar.advice.findings import evaluate, render_findings
+from sidecar.advice.findings import Evaluation, evaluate, render_findings
 from sidecar.advice.rules import AdviceRules
 from sidecar.analyze.computation import PER_REQUEST_QUESTION, STEP_QUESTION
 from sidecar.records import Phase
@@ -28,6 +32,7 @@ from sidecar.report.threads import main_cpu_line, render_threads, unseen_lines
 from sidecar.report.views import (
     ComputationView,
     Device,
+    HeaderView,
     MemoryView,
     ModelSteps,
     NotMeasured,
@@ -45,14 +50,17 @@ from sidecar.sizes import format_pair, format_share
 from sidecar.tables import ROLE_COLUMNS, phase_table, table
 from sidecar.target.kvcache import kv_cache_text
 
-__all__ = ["caveats", "custom_value", "profile_block", "render", "report_data"]
+__all__ = ["caveats", "custom_value", "header_lines", "profile_block", "render", "render_report",
+           "report_data"]  # fmt: skip
 
 
-def report_data(s: SnapshotSummary, advice: AdviceRules | None = None) -> dict[str, Any]:
+def report_data(
+    s: SnapshotSummary, advice: AdviceRules | None = None, source: str | None = None
+) -> dict[str, Any]:
     """The report as JSON-ready data: what `--format json` prints, `to_jsonable` of the view
     the text is rendered from. `advice`: the rules the findings come from (None: the packaged
-    configs/advice.yaml)."""
-    data: dict[str, Any] = to_jsonable(report_view(s, evaluate(s, advice)))
+    configs/advice.yaml); `source`: the snapshot folder chosen from an output folder."""
+    data: dict[str, Any] = to_jsonable(report_view(s, evaluate(s, advice), source))
     return data
 
 
@@ -63,15 +71,34 @@ def profile_block(s: SnapshotSummary) -> str:
     return "\n".join([*head, _render_software(software_view(s))])
 
 
+def render_report(
+    s: SnapshotSummary, advice: AdviceRules | None = None, source: str | None = None
+) -> str:
+    """What `vllm-sidecar report` prints: the header (which snapshot, when, how long, how
+    sampled) and the caveats first, then `render`'s `[Profile]` blocks and breakdowns.
+    `source`: the snapshot folder chosen, when the command was pointed at the folder holding
+    it."""
+    ev = evaluate(s, advice)
+    v = report_view(s, ev, source)
+    return "\n".join([*header_lines(v.header, s.name, v.caveats), "", *_body(s, ev, v)])
+
+
 def render(s: SnapshotSummary, advice: AdviceRules | None = None) -> str:
+    """The report without its header: the `[Profile]` blocks, the breakdowns, and the caveats
+    last (the header's place for them in `render_report`)."""
     ev = evaluate(s, advice)
     v = report_view(s, ev)
+    notes = ["", "Caveats:", *(f"- {c}" for c in v.caveats)] if v.caveats else []
+    return "\n".join(_body(s, ev, v) + notes)
+
+
+def _body(s: SnapshotSummary, ev: Evaluation, v: ReportView) -> list[str]:
     findings = render_findings(ev, gpu_host=s.gpu.available)
     parts = [*_profile_head(v.memory, v.computation, v.throughput, v.custom),
              "\n".join(findings), _render_software(v.software), "",
              "Memory breakdown:", _render_processes(v.processes, v.memory.kv_cache), "",
              "Computation breakdown (share of each role's samples):", phase_table(s)]  # fmt: skip
-    return "\n".join(parts + _tail(s, v))
+    return parts + _tail(s, v)
 
 
 def _profile_head(
@@ -85,8 +112,7 @@ def _profile_head(
 
 
 def _tail(s: SnapshotSummary, v: ReportView) -> list[str]:
-    """Under the role table: the main threads, the threads against /proc, the stages and the
-    caveats."""
+    """Under the role table: the main threads, the threads against /proc and the stages."""
     parts: list[str] = []
     if v.phases.main_thread:
         parts += ["", "Main threads only:", _main_table(v.phases.main_thread),
@@ -94,9 +120,36 @@ def _tail(s: SnapshotSummary, v: ReportView) -> list[str]:
     if isinstance(v.threads, ThreadsView):
         parts += ["", render_threads(v.threads)]
     parts += ["", _render_stages(v.stages)]
-    if v.caveats:
-        parts += ["", "Caveats:", *(f"- {c}" for c in v.caveats)]
     return parts
+
+
+def header_lines(h: HeaderView, name: str, notes: Iterable[str] = ()) -> list[str]:
+    """`[Snapshot] NAME: KIND of DEPLOYMENT on host HOST`, the window's start (UTC), length and
+    sampling, the folder chosen and why the snapshot was taken, then the caveats (NOTES)."""
+    of = f" of {h.deployment}" if h.deployment else ""
+    kind = "one-shot snapshot (vllm-sidecar snapshot)" if h.kind == "one-shot" else h.kind
+    lines = [f"[Snapshot] {name}: {kind}{of} on host {h.host}",
+             f"- Window: {_utc(h.started)}, {h.duration_s:.1f} s, sampled at "
+             f"{h.rate_hz:g} Hz ({h.mode} mode)"]  # fmt: skip
+    if h.source is not None:
+        lines.append(f"- Chosen: {h.source} (the latest snapshot in the folder given)")
+    if h.cause is not None:
+        lines.append(f"- Taken out of schedule: {h.cause}")
+    notes = list(notes)
+    if notes:
+        lines += ["Caveats:", *(f"- {c}" for c in notes)]
+    return lines
+
+
+def _utc(started: str) -> str:
+    """`2026-12-01 14:44:54 UTC` from summary.json's ISO time (as written where unreadable)."""
+    try:
+        when = datetime.fromisoformat(started)
+        if when.tzinfo is None:
+            return f"{when:%Y-%m-%d %H:%M:%S} (time zone not recorded)"
+        return f"{when.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+    except (ValueError, OverflowError):  # not an ISO time, or out of datetime's range in UTC
+        return started
 
 
 def _render_memory(m: MemoryView) -> str:

@@ -220,11 +220,29 @@ class ThreadsView:
 
 
 @dataclass(frozen=True, slots=True)
+class HeaderView:
+    """Which snapshot the report is of, and how it was taken: the text report's first lines.
+    `source`: the snapshot folder chosen when the report was pointed at an output, host or
+    deployment folder (its latest snapshot); None when pointed at the snapshot itself."""
+
+    kind: str  # snapshot, baseline, incident; "one-shot" for `vllm-sidecar snapshot`'s
+    host: str
+    deployment: str | None
+    started: str  # the window's start, UTC (summary.json's created_at)
+    duration_s: float
+    rate_hz: float
+    mode: str  # continuous or windows (windows before schema 6)
+    cause: str | None = field(default=None, metadata=OMIT_NONE)  # why out of schedule
+    source: str | None = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass(frozen=True, slots=True)
 class ReportView:
     """The whole report, in the order `--format json` prints it."""
 
     snapshot: str
     schema: int
+    header: HeaderView
     memory: MemoryView
     computation: ComputationView
     throughput: ThroughputView | NotMeasured

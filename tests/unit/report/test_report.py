@@ -139,7 +139,10 @@ def test_report_command_text_and_json(tmp_path: Path, capsys: pytest.CaptureFixt
                           readings=Readings(serving=serving(), host_memory=HOST))  # fmt: skip
     folder = write_snapshot(snap, tmp_path)
     assert main(["report", str(folder)]) == 0
-    assert capsys.readouterr().out.startswith("[Profile] Memory Usage:")
+    out = capsys.readouterr().out
+    head = f"[Snapshot] {folder.name}: one-shot snapshot (vllm-sidecar snapshot) on host h\n"
+    assert out.startswith(head)
+    assert "\n\n[Profile] Memory Usage:\n" in out
     assert main(["report", str(folder), "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert set(data) >= {"memory", "computation", "throughput", "phases", "stages"}

@@ -272,7 +272,7 @@ def test_cli_writes_the_page_and_refuses_what_does_not_fit(
     assert capsys.readouterr().out.strip() == str(page)
     parse(page.read_text())
     assert main(["report", str(PREFILL), "--out", str(page)]) == 2
-    assert "--out and --host go with --format html" in capsys.readouterr().err
+    assert "--out goes with --format html" in capsys.readouterr().err
     assert main(["report", str(tmp_path / "nowhere"), "--format", "html"]) == 3
     assert "name a snapshot folder or the daemon's output folder" in capsys.readouterr().err
     assert main(["report", str(tmp_path), "--format", "html"]) == 3  # no snapshots in it

@@ -25,7 +25,7 @@ from sidecar.report.views import (
 )
 from tests.unit.report.test_report import summary
 
-TOP = ["snapshot", "schema", "memory", "computation", "throughput", "findings", "custom",
+TOP = ["snapshot", "schema", "header", "memory", "computation", "throughput", "findings", "custom",
        "software", "phases", "stages", "processes", "threads", "caveats"]  # fmt: skip
 
 
