@@ -34,6 +34,12 @@ class ListedStack:
 class Listing:
     stacks: tuple[ListedStack, ...]
     warnings: tuple[str, ...]
+    files: tuple[str, ...] = ()  # the files listed, in the order given
+
+    @property
+    def several_files(self) -> bool:
+        """Whether the output says which file each stack came from (a file column)."""
+        return len(self.files) > 1
 
     @property
     def totals(self) -> list[tuple[str, int]]:
@@ -43,13 +49,25 @@ class Listing:
             totals[s.phase] += s.weight
         return totals.most_common()
 
+    def totals_by_file(self) -> dict[str, dict[str, int]]:
+        """Samples per phase of each file, most first; files in the order given."""
+        by_file: dict[str, Counter[str]] = {f: Counter() for f in self.files}
+        for s in self.stacks:
+            by_file.setdefault(s.source, Counter())[s.phase] += s.weight
+        return {f: dict(c.most_common()) for f, c in by_file.items()}
+
     def as_json(self) -> dict[str, Any]:
+        """Each stack names its file in "source"; with several files, also "file" (the same,
+        as the text's column is named) and the totals of each file."""
         fields = ListedStack.__slots__
-        return {
-            "stacks": [{f: getattr(s, f) for f in fields} for s in self.stacks],
-            "totals": dict(self.totals),
-            "warnings": list(self.warnings),
-        }
+        stacks = [{f: getattr(s, f) for f in fields} for s in self.stacks]
+        out: dict[str, Any] = {"stacks": stacks, "totals": dict(self.totals)}
+        if self.several_files:
+            for entry in stacks:
+                entry["file"] = entry["source"]
+            out["totals_by_file"] = self.totals_by_file()
+        out["warnings"] = list(self.warnings)
+        return out
 
     def as_text(self) -> str:
         rows = [
@@ -58,6 +76,9 @@ class Listing:
             for s in self.stacks
         ]  # fmt: skip
         head = ["thread", "name", "role", "phase", "stage", "weight", "frame"]
+        if self.several_files:  # which file each row came from
+            head = ["file", *head]
+            rows = [[s.source, *row] for s, row in zip(self.stacks, rows, strict=True)]
         return table(head, rows) + "\n\n" + table(["phase", "weight"], self.totals)
 
 
@@ -66,6 +87,7 @@ def list_stacks(classifier: Classifier, files: Iterable[Path]) -> Listing:
     specific role (label_stacks)."""
     stacks: list[ListedStack] = []
     warnings: list[str] = []
+    files = tuple(files)
     for path in files:
         parsed = parse_file(path)
         warnings += [f"{path}: {w}" for w in parsed.warnings]
@@ -77,4 +99,4 @@ def list_stacks(classifier: Classifier, files: Iterable[Path]) -> Listing:
                 stage=label.stage.value if label.phase in STEP_PHASES else None,
                 weight=stack.weight, frame=label.frame.label() if label.frame else None,
             ))  # fmt: skip
-    return Listing(tuple(stacks), tuple(warnings))
+    return Listing(tuple(stacks), tuple(warnings), tuple(str(f) for f in files))

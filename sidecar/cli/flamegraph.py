@@ -24,18 +24,23 @@ import click
     metavar="PCT",
     help="Leave out frames narrower than PCT% of the width.",
 )
-def flamegraph(snapshot_dir: Path, other: Path | None, out: str | None, min_width: float) -> None:
+@click.option("--idle", is_flag=True,
+              help="Keep the stacks classified idle (left out by default, as py-spy does; "
+                   "the graph's heading says how many samples were idle).")  # fmt: skip
+def flamegraph(
+    snapshot_dir: Path, other: Path | None, out: str | None, min_width: float, idle: bool
+) -> None:
     """Draw a snapshot's stacks as a flame graph (SVG) and a speedscope profile (JSON)."""
     from importlib.metadata import version
 
     from sidecar.flame.files import draw, draw_diff
 
     if other is not None:
-        paths = draw_diff(snapshot_dir, other, out, min_width / 100)
+        paths = draw_diff(snapshot_dir, other, out, min_width / 100, idle)
         click.echo("(no speedscope file for a differential graph: speedscope cannot show one; "
                    "`flamegraph OTHER` writes B's profile)", err=True)  # fmt: skip
     else:
         exporter = f"vllm-sidecar@{version('vllm-sidecar')}"
-        paths = draw(snapshot_dir, out, min_width / 100, exporter)
+        paths = draw(snapshot_dir, out, min_width / 100, exporter, idle)
     for path in paths:
         click.echo(str(path))

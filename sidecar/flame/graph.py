@@ -104,17 +104,39 @@ class _Builder:
         return frozen[id(self)]
 
 
-def build_tree(rows: Iterable[StackRow]) -> FlameNode:
-    """ "all" -> role -> frames root first; identical paths merged, children in name order."""
+def split_idle(rows: Iterable[StackRow]) -> tuple[tuple[StackRow, ...], int]:
+    """ROWS without the stacks classified idle, and the samples those held. Flame graphs leave
+    idle out by default, as py-spy does (its --idle keeps them): in a busy window idle threads
+    take most of the width and squeeze the model's work into a sliver."""
+    kept: list[StackRow] = []
+    idle = 0
+    for row in rows:
+        if row.phase == Phase.IDLE.value:
+            idle += row.weight
+        else:
+            kept.append(row)
+    return tuple(kept), idle
+
+
+def build_tree(rows: Iterable[StackRow], *, idle: bool = False) -> FlameNode:
+    """ "all" -> role -> frames root first; identical paths merged, children in name order.
+    Stacks classified idle are left out unless IDLE (split_idle)."""
+    if not idle:
+        rows = split_idle(rows)[0]
     root = _Builder()
     for row in rows:
         root.add((row.role, *row.frames), row.phase, row.weight, base=False)
     return root.freeze(ROOT_NAME, diff=False, order=_ROLE_ORDER)
 
 
-def build_diff_tree(before: Iterable[StackRow], after: Iterable[StackRow]) -> FlameNode:
+def build_diff_tree(
+    before: Iterable[StackRow], after: Iterable[StackRow], *, idle: bool = False
+) -> FlameNode:
     """Both profiles in one tree: `base` counts BEFORE's samples and `value` AFTER's. A frame
-    only in BEFORE has value 0 (and takes its phases from BEFORE, for its title)."""
+    only in BEFORE has value 0 (and takes its phases from BEFORE, for its title). Idle stacks
+    are left out of both unless IDLE, so shares are of the busy samples."""
+    if not idle:
+        before, after = split_idle(before)[0], split_idle(after)[0]
     root = _Builder()
     for row in after:
         root.add((row.role, *row.frames), row.phase, row.weight, base=False)

@@ -33,6 +33,7 @@ PANEL_H = 2.4  # inches per panel
 MANY_BASELINES = 40  # beyond this, baselines are ticks at the foot rather than full lines
 LABEL_CHARS = 60
 LABEL_BOX = {"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.85}
+GAP_FACTOR = 3.0  # a gap: points further apart than this many times their median spacing
 
 
 def trend_figure(trend: Trend) -> Figure:
@@ -113,7 +114,7 @@ def _panel(ax: Axes, trend: Trend, title: str, series: list[str], scale: float) 
     changes = {s.name: s.changes for s in trend.series}
     for name in series:
         raw = trend.rows[name].dropna()
-        points = trend.points[name].dropna()
+        points = with_gaps(trend.points[name].dropna())
         (line,) = ax.plot(_x(points.index), points.to_numpy() * scale, lw=1.2,
                           label=short_name(name), gid="points")  # fmt: skip
         if trend.bucket_s is not None:  # the snapshots behind the medians, faint
@@ -127,6 +128,24 @@ def _panel(ax: Axes, trend: Trend, title: str, series: list[str], scale: float) 
     ax.grid(alpha=0.3)
     ax.tick_params(labelsize=8)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+
+
+def with_gaps(points: pd.Series, factor: float = GAP_FACTOR) -> pd.Series:
+    """POINTS (time-indexed, without NaN) with a NaN midway across each gap, so that the line
+    breaks there rather than drawing hours without snapshots (the sidecar down, the target
+    gone) as a straight, smooth change. A gap: consecutive points more than FACTOR times the
+    median spacing apart (a store's `gaps`, recorded by record_gap, are such holes too)."""
+    if len(points) < 3:
+        return points
+    index = pd.DatetimeIndex(points.index)
+    steps = np.diff(index.asi8)
+    usual = float(np.median(steps))
+    wide = np.flatnonzero(steps > factor * usual)
+    if usual <= 0 or not len(wide):
+        return points
+    middles = index[wide] + (index[wide + 1] - index[wide]) / 2
+    breaks = pd.Series(np.nan, index=middles, name=points.name, dtype=float)
+    return pd.concat([points.astype(float), breaks]).sort_index()
 
 
 def _marks(ax: Axes, trend: Trend, *, label: bool) -> None:

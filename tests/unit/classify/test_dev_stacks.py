@@ -110,3 +110,27 @@ def test_garbled_dump_gives_a_warning_not_a_crash(
     assert main(["classify", str(garbled)]) == 0
     captured = capsys.readouterr()
     assert "phase" in captured.out
+
+
+def test_several_files_get_a_file_column_and_one_file_keeps_its_table(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    a, b = PUBLIC / "public_005.txt", PUBLIC / "public_011.txt"
+    assert main(["classify", str(a), str(b)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:2] == ["file", "thread"]
+    rows = lines[2 : lines.index("")]
+    assert {row.split()[0] for row in rows} == {str(a), str(b)}
+    assert main(["classify", str(a)]) == 0
+    assert capsys.readouterr().out.splitlines()[0].split()[0] == "thread"
+    out = classify_json(capsys, a, b)
+    stacks = out["stacks"]
+    assert isinstance(stacks, list)
+    assert {s["file"] for s in stacks} == {str(a), str(b)}
+    assert all(s["file"] == s["source"] for s in stacks)
+    by_file = out["totals_by_file"]
+    assert isinstance(by_file, dict) and list(by_file) == [str(a), str(b)]
+    assert by_file[str(b)].get("idle")
+    single = classify_json(capsys, a)
+    assert "totals_by_file" not in single
+    assert all("file" not in s for s in single["stacks"])  # type: ignore[attr-defined]

@@ -21,7 +21,7 @@ import pytest
 
 from sidecar.cli import main
 from sidecar.errors import InputError
-from sidecar.flame.files import output_prefix
+from sidecar.flame.files import draw_diff, output_prefix, snapshot_svg
 from sidecar.flame.graph import (
     ROOT_NAME,
     SPEEDSCOPE_SCHEMA,
@@ -132,7 +132,7 @@ def test_a_parquet_without_the_stack_columns_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize("folder", SNAPSHOTS, ids=lambda p: p.name)
 def test_the_tree_counts_every_sample_once_with_roles_under_all(folder: Path) -> None:
     rows = rows_of(folder)
-    tree = build_tree(rows)
+    tree = build_tree(rows, idle=True)
     assert tree.name == ROOT_NAME
     assert tree.value == sum(r.weight for r in rows)
     assert {c.name for c in tree.children} == {r.role for r in rows}
@@ -146,7 +146,7 @@ def test_the_tree_counts_every_sample_once_with_roles_under_all(folder: Path) ->
 
 def test_a_frame_takes_the_phase_most_of_its_samples_have() -> None:
     rows = rows_of(PREFILL)
-    tree = build_tree(rows)
+    tree = build_tree(rows, idle=True)
     checked = 0
     for role in tree.children:
         for child in role.children:
@@ -166,7 +166,7 @@ def test_a_frame_takes_the_phase_most_of_its_samples_have() -> None:
 
 @pytest.mark.parametrize("folder", SNAPSHOTS, ids=lambda p: p.name)
 def test_widths_are_shares_of_samples_and_children_sit_inside_parents(folder: Path) -> None:
-    tree = build_tree(rows_of(folder))
+    tree = build_tree(rows_of(folder), idle=True)
     shape = layout(tree, min_width=0.0)
     assert len(shape.boxes) == sum(1 for _ in tree.walk()) and shape.hidden_frames == 0
     parents: dict[tuple[str, ...], tuple[float, float]] = {}
@@ -179,7 +179,7 @@ def test_widths_are_shares_of_samples_and_children_sit_inside_parents(folder: Pa
 
 
 def test_narrow_frames_are_left_out_and_counted() -> None:
-    tree = build_tree(rows_of(SCHEMA1))
+    tree = build_tree(rows_of(SCHEMA1), idle=True)
     full, pruned = layout(tree, 0.0), layout(tree, 0.001)
     assert all(b.width >= 0.001 for b in pruned.boxes)
     assert pruned.hidden_frames == len(full.boxes) - len(pruned.boxes) > 0
@@ -192,7 +192,7 @@ def test_narrow_frames_are_left_out_and_counted() -> None:
 
 
 def plain_svg(folder: Path, min_width: float = 0.001) -> tuple[FlameNode, str]:
-    tree = build_tree(rows_of(folder))
+    tree = build_tree(rows_of(folder), idle=True)
     return tree, render_svg(layout(tree, min_width), Heading(folder.name, ("a line",)))
 
 
@@ -279,7 +279,7 @@ def test_labels_are_cut_to_fit() -> None:
 
 
 def diff_svg(a: tuple[StackRow, ...], b: tuple[StackRow, ...], min_width: float = 0.0) -> str:
-    tree = build_diff_tree(a, b)
+    tree = build_diff_tree(a, b, idle=True)
     return render_diff_svg(layout(tree, min_width), Heading("diff"))
 
 
@@ -297,7 +297,7 @@ def test_growth_is_red_and_shrinkage_blue_by_the_change_in_share() -> None:
     a, b = rows_of(PREFILL), rows_of(DECODE)
     total_a, total_b = sum(r.weight for r in a), sum(r.weight for r in b)
     samples_a, samples_b = prefix_samples(a), prefix_samples(b)
-    tree = build_diff_tree(a, b)
+    tree = build_diff_tree(a, b, idle=True)
     boxes = layout(tree, 0.0).boxes
     counts = Counter[int]()
     for g, box in zip(frames_of(diff_svg(a, b)), boxes, strict=True):
@@ -322,7 +322,7 @@ def test_growth_is_red_and_shrinkage_blue_by_the_change_in_share() -> None:
 
 def test_the_largest_change_is_the_most_saturated_and_one_sided_frames_are_drawn() -> None:
     a, b = rows_of(PREFILL), rows_of(DECODE)
-    tree = build_diff_tree(a, b)
+    tree = build_diff_tree(a, b, idle=True)
     frames = frames_of(diff_svg(a, b))
     boxes = layout(tree, 0.0).boxes
     points = [abs(change(box.node, tree).points) for box in boxes]
@@ -350,7 +350,9 @@ def test_speedscope_file_is_valid_and_keeps_every_sample(folder: Path) -> None:
     jsonschema.validate(document, SPEEDSCOPE_JSON_SCHEMA)
     assert document["$schema"] == SPEEDSCOPE_SCHEMA
     frames, profiles = document["shared"]["frames"], document["profiles"]
-    assert [p["name"].split()[-1] for p in profiles] == [c.name for c in build_tree(rows).children]
+    assert [p["name"].split()[-1] for p in profiles] == [
+        c.name for c in build_tree(rows, idle=True).children
+    ]
     assert 0 <= document["activeProfileIndex"] < len(profiles)
     by_role = Counter[str]()
     for r in rows:
@@ -403,7 +405,7 @@ def test_frame_labels_become_speedscope_frames(label: str, record: dict[str, obj
 def test_the_command_writes_both_files_and_prints_their_paths(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["flamegraph", str(SCHEMA1), "-o", str(tmp_path)]) == 0
+    assert main(["flamegraph", str(SCHEMA1), "-o", str(tmp_path), "--idle"]) == 0
     printed = capsys.readouterr().out.split()
     svg, ss = (
         tmp_path / f"flame-{SCHEMA1.name}.svg",
@@ -456,11 +458,60 @@ def test_a_stack_thousands_of_frames_deep_is_drawn() -> None:
     # Issue 26, item 16: building the tree recursively failed near 490 frames (RecursionError).
     deep = tuple(f"layer_{i} (model.py:{i})" for i in range(3000))
     rows = (StackRow("worker", "forward", deep, 5), StackRow("worker", "idle", deep[:10], 1))
-    tree = build_tree(rows)
+    tree = build_tree(rows, idle=True)
     assert sum(1 for _ in tree.walk()) == 3000 + 2  # all, the role, every frame once
     shape = layout(tree, 0.0)
     assert shape.depth == 3001
     ET.fromstring(render_svg(shape, Heading("deep", ())).partition("?>")[2])
-    diff = build_diff_tree(rows[1:], rows)
+    diff = build_diff_tree(rows[1:], rows, idle=True)
     assert render_diff_svg(layout(diff, 0.0), Heading("deep", ()))
     assert speedscope(rows, "deep", "test")["profiles"]
+
+
+# ------------------------------------------------------------------------------------ idle
+
+
+def test_idle_stacks_are_left_out_by_default_and_kept_with_idle(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """py-spy's default: idle threads would take 90% of the prefill-heavy window's width."""
+    rows = rows_of(PREFILL)
+    idle = sum(r.weight for r in rows if r.phase == Phase.IDLE.value)
+    total = sum(r.weight for r in rows)
+    assert idle > 0.5 * total
+    tree = build_tree(rows)
+    assert tree.value == total - idle
+    assert all(n.phase != Phase.IDLE.value for n in tree.walk())
+    assert build_tree(rows, idle=True).value == total
+    assert main(["flamegraph", str(PREFILL), "-o", str(tmp_path / "busy")]) == 0
+    assert main(["flamegraph", str(PREFILL), "-o", str(tmp_path / "all"), "--idle"]) == 0
+    busy_svg, all_svg = (tmp_path / "busy.svg").read_text(), (tmp_path / "all.svg").read_text()
+    said = f"idle left out: {idle:,} of {total:,} samples ({100 * idle / total:.1f}%) were idle"
+    assert said in busy_svg and "--idle draws them" in busy_svg
+    assert "idle left out" not in all_svg
+    keys = {e.get("data-key") for e in ET.fromstring(busy_svg).iter(f"{SVG}g")}
+    assert Phase.IDLE.value not in keys
+    assert Phase.IDLE.value in {e.get("data-key") for e in ET.fromstring(all_svg).iter(f"{SVG}g")}
+    busy = json.loads((tmp_path / "busy.speedscope.json").read_text())
+    every = json.loads((tmp_path / "all.speedscope.json").read_text())
+    assert sum(sum(p["weights"]) for p in busy["profiles"]) == total - idle
+    assert sum(sum(p["weights"]) for p in every["profiles"]) == total
+
+
+def test_the_page_graph_leaves_idle_out_and_a_diff_says_what_each_side_left_out(
+    tmp_path: Path,
+) -> None:
+    assert "idle left out: " in snapshot_svg(PREFILL, 0.001)
+    assert "idle left out" not in snapshot_svg(PREFILL, 0.001, idle=True)
+    (svg,) = draw_diff(PREFILL, DECODE, str(tmp_path / "d"), 0.001)
+    text = svg.read_text()
+    assert re.search(r"idle left out: A [\d,]+ of [\d,]+ samples \([\d.]+%\), B [\d,]+ of", text)
+    tree = build_diff_tree(rows_of(PREFILL), rows_of(DECODE))
+    assert all(n.phase != Phase.IDLE.value for n in tree.walk() if n.value)
+
+
+def test_a_snapshot_of_idle_stacks_only_says_how_to_draw_them(tmp_path: Path) -> None:
+    (tmp_path / "stacks.collapsed").write_text("worker;idle;f (a.py:1);g (a.py:2) 7\n")
+    with pytest.raises(InputError, match=r"all 7 stack samples .* are idle.*--idle"):
+        snapshot_svg(tmp_path, 0.001)
+    assert main(["flamegraph", str(tmp_path), "-o", str(tmp_path / "x"), "--idle"]) == 0

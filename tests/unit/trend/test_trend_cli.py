@@ -167,3 +167,43 @@ def test_the_digest_leaves_out_the_attention_backend() -> None:
 
     busy = Fingerprint(vllm="0.32.0", attention_backend="CPU_ATTN")
     assert fingerprint_digest(busy) == fingerprint_digest(Fingerprint(vllm="0.32.0"))
+
+
+def test_a_hole_in_the_snapshots_breaks_the_plotted_lines(out: Path) -> None:
+    """Six and a half hours without snapshots (13 of the 30-minute folders gone): the lines
+    the plot is given hold a NaN across the hole, not a straight line over it."""
+    import numpy as np
+
+    folders = sorted((out / "vm").iterdir())
+    hole = folders[30:43]
+    for folder in hole:
+        (folder / "summary.json").unlink()
+        folder.rmdir()
+    table = load_table(out / "vm", note=lambda _: None)
+    trend = compute_trend(table.to_pandas(), TrendOptions(), host="vm")
+    fig = trend_figure(trend)
+    (tokens,) = [ln for ln in fig.axes[3].lines if ln.get_label() == "gen tok/s"]
+    x, y = (np.asarray(v, dtype=float) for v in (tokens.get_xdata(), tokens.get_ydata()))
+    assert len(y) == 60 - len(hole) + 1 and np.isnan(y).sum() == 1
+    gap = int(np.flatnonzero(np.isnan(y))[0])
+    assert x[gap + 1] - x[gap - 1] == pytest.approx((len(hole) + 1) * STEP / 86400)
+    for ax in fig.axes:  # every series breaks at the hole, once
+        for line in (ln for ln in ax.lines if ln.get_gid() == "points"):
+            assert np.isnan(np.asarray(line.get_ydata(), dtype=float)).sum() == 1
+
+
+def test_with_gaps_breaks_only_where_the_spacing_is_far_above_its_median() -> None:
+    import numpy as np
+    import pandas as pd
+
+    from sidecar.trend.plot import with_gaps
+
+    times = pd.to_datetime([0, 60, 120, 180, 150 * 60, 150 * 60 + 60, 150 * 60 + 150], unit="s",
+                           utc=True)  # fmt: skip
+    points = pd.Series(np.arange(7.0), index=times, name="x")
+    broken = with_gaps(points)
+    assert broken.name == "x" and len(broken) == 8 and broken.isna().sum() == 1
+    assert broken.index[4] == times[3] + (times[4] - times[3]) / 2
+    assert broken.dropna().equals(points)
+    even = pd.Series(np.arange(5.0), index=times[:4].append(times[3:4] + pd.Timedelta("90s")))
+    assert with_gaps(even).equals(even)  # 90 s is not three times the 60 s spacing
