@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -246,20 +245,34 @@ def _custom(config: Config, target: Deployment | None) -> list[Check]:
 
 
 def _output(config: Config) -> Check:
-    folder = config.output.dir
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".doctor-"):
-            pass
-    except OSError as exc:
-        return Check("output", Status.FAIL, f"{folder}: {exc.strerror or exc}",
-                     "give the sidecar's user write access (systemd: StateDirectory=; Docker: "
-                     "a writable volume), or set output.dir / --out")  # fmt: skip
-    free = shutil.disk_usage(folder).free
+    """Whether the output folder can be written, without writing or creating anything: a
+    folder that is missing is judged by its nearest existing parent, and named as what the
+    daemon would create."""
+    folder = Path(config.output.dir)
+    fix = ("give the sidecar's user write access (systemd: StateDirectory=; Docker: a writable "
+           "volume), or set output.dir / --out")  # fmt: skip
+    existing = _nearest_existing(folder)
+    if existing is None:
+        return Check("output", Status.FAIL, f"{folder}: no existing parent folder", fix)
+    if not existing.is_dir():
+        return Check("output", Status.FAIL, f"{folder}: {existing} is not a folder", fix)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return Check("output", Status.FAIL, f"{folder}: {existing} is not writable", fix)
+    created = "" if existing == folder else f" (would create {folder} under {existing})"
+    free = shutil.disk_usage(existing).free
     need = config.output.min_free_mb * 2**20
     status = Status.OK if free >= need else Status.WARN
     fix = "" if status is Status.OK else "free disk space or lower output.min_free_mb"
-    return Check("output", status, f"{folder}: writable, {free / 2**30:.1f} GiB free", fix)
+    detail = f"{folder}: writable{created}, {free / 2**30:.1f} GiB free"
+    return Check("output", status, detail, fix)
+
+
+def _nearest_existing(folder: Path) -> Path | None:
+    """`folder` itself when it exists, else its nearest ancestor that does."""
+    for candidate in (folder, *folder.absolute().parents):
+        if candidate.exists():
+            return candidate
+    return None
 
 
 def _upload(config: Config) -> Check:

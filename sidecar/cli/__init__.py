@@ -17,6 +17,7 @@ from sidecar.cli.aggregate import aggregate
 from sidecar.cli.classify import classify, rules_group
 from sidecar.cli.diff import diff
 from sidecar.cli.doctor import doctor
+from sidecar.cli.epilogs import GROUP_EPILOG, HELP_NAMES, attach
 from sidecar.cli.export import export
 from sidecar.cli.flamegraph import flamegraph
 from sidecar.cli.report import report
@@ -27,7 +28,7 @@ from sidecar.cli.trigger import trigger
 from sidecar.errors import ExitStatus, SidecarError, exit_code
 
 
-@click.group()
+@click.group(context_settings={"help_option_names": HELP_NAMES}, epilog=GROUP_EPILOG)
 @click.version_option(package_name="vllm-sidecar")
 def cli() -> None:
     """Profile a running vLLM server: py-spy stacks mapped to serving phases."""
@@ -36,6 +37,7 @@ def cli() -> None:
 for _command in (classify, rules_group, snapshot, report, diff, flamegraph, trend, aggregate,
                  export, run, doctor, trigger):  # fmt: skip
     cli.add_command(_command)
+attach(cli)  # examples and exit codes in each command's --help (sidecar/cli/epilogs.py)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,9 @@ from sidecar.tables import phase_table
               show_default=shown(SnapshotOptions().duration_s, units.SECONDS),
               help="Window length: 30 (seconds), 30s, 2m.")  # fmt: skip
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Snapshot folder.")
-@click.option("--json", "as_json", is_flag=True, help="Print summary.json instead of a table.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="json: print summary.json instead of a table.")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, hidden=True, help="Same as --format json.")
 def snapshot(**kwargs: object) -> None:
     """Sample a vLLM server for one window and write a snapshot folder under --out."""
     from sidecar.commands import take_snapshot  # keeps `classify` free of the sampler's imports
@@ -41,8 +43,8 @@ def snapshot(**kwargs: object) -> None:
         f"{sampling.rate_hz:g} Hz, {sampling.errors} py-spy errors, sampler CPU "
         f"{100 * (sampling.sampler_cpu_share or 0):.2f}% of one core"
     )
-    for caveat in caveats(summary):
-        click.echo(f"WARNING: {caveat}")
+    for caveat in caveats(summary):  # stdout carries the data alone
+        click.echo(f"WARNING: {caveat}", err=True)
     click.echo(phase_table(summary))
 
 
@@ -60,4 +62,6 @@ def snapshot_settings(ctx: click.Context) -> tuple[Config, SnapshotOptions]:
             "(or target.pid, target.pid_file or target.discover in --config)"
         )
     own = {"out": "out", "duration": "duration_s", "as_json": "as_json"}
+    if typed.pop("fmt", None) == "json":  # --json is the old spelling of --format json
+        typed["as_json"] = True
     return config, snapshot_options({own[k]: v for k, v in typed.items() if k in own})

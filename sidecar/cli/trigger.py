@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from sidecar.config.load import load_config
+from sidecar.tables import json_text
 
 
 @click.command()
@@ -33,11 +34,15 @@ from sidecar.config.load import load_config
     show_default=True,
     help="Recorded in the snapshot's cause.",
 )
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
 def trigger(config_path: Path | None, out: Path | None, socket_file: Path | None,
-            reason: str) -> None:  # fmt: skip
+            reason: str, fmt: str) -> None:  # fmt: skip
     """Take a snapshot now in the running daemon (over its local socket); prints its folder."""
     from sidecar.daemon.triggers import request_snapshot, socket_path
 
     config = load_config(config_path)
     path = socket_file or socket_path(config.trigger.socket, out or Path(config.output.dir))
-    click.echo(request_snapshot(path, reason, config.trigger.window_s + 150))
+    folder = request_snapshot(path, reason, config.trigger.window_s + 150)
+    click.echo(json_text({"snapshot": folder}, indent=2) if fmt == "json" else folder)
