@@ -25,3 +25,9 @@ def __getattr__(name: str) -> Any:
 
         return getattr(api, name)
     raise AttributeError(f"module 'sidecar' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The module's names and the lazily loaded API's, so `dir(sidecar)` and completion list
+    `Profiler` before its first use."""
+    return sorted({*globals(), *__all__})

@@ -21,6 +21,7 @@ first `snapshot()`, pydantic on the first summary read, pandas when a DataFrame 
 
 from __future__ import annotations
 
+import html
 import logging
 import os
 import shutil
@@ -132,9 +133,9 @@ class Snapshot:
 
     def report(self) -> str:
         """The text `vllm-sidecar report` prints for this snapshot."""
-        from sidecar.report.text import render
+        from sidecar.report.text import render_report
 
-        return render(self.summary)
+        return render_report(self.summary)
 
     def findings(self, advice: PathLike | None = None) -> tuple[Finding, ...]:
         """What the report's `[Profile] Findings:` says, as records (most severe first):
@@ -187,6 +188,20 @@ class Snapshot:
             raise OutputError(f"cannot save the snapshot to {dest}: {exc}: give a writable "
                               "path with free space") from exc  # fmt: skip
         return dest
+
+    def _repr_html_(self) -> str:
+        """A notebook's view (Jupyter shows it for a cell's last value): the text report's
+        `[Profile]` block and each role's phase shares as bars. Every name is HTML-escaped:
+        frames, roles and phases come from the target and the rules and can hold anything."""
+        from sidecar.report.text import profile_block
+
+        s = self.summary
+        title = f"Snapshot {s.name} ({s.created_at}, {s.samples:,} samples)"
+        return (
+            f'<div class="vllm-sidecar-snapshot"><h4>{_e(title)}</h4>'
+            f'<pre style="white-space:pre-wrap">{_e(profile_block(s))}</pre>'
+            f"<h4>Phase shares per role</h4>{_phase_bars(s)}</div>"
+        )
 
     def __repr__(self) -> str:
         s = self.summary
@@ -292,6 +307,56 @@ def _when(value: When, name: str, now: float) -> datetime | None:
         return datetime.fromtimestamp(units.moment(value, now), tz=UTC)
     except units.Unfit as exc:
         raise ConfigError(f"{name}={value!r} {exc}") from None
+
+
+BAR_WIDTH = 240  # pixels of a 100 % phase bar in the notebook view
+
+
+def _phase_bars(s: SnapshotSummary) -> str:
+    """One table per role (the report's role order, then any other), a row per phase with a
+    non-zero share, largest first: its colour (the flame graph's), name, bar and share."""
+    from sidecar.flame.svg import PHASE_COLOURS, UNKNOWN_PHASE_COLOUR
+    from sidecar.tables import ROLE_COLUMNS
+
+    if not s.by_role:
+        return "<p>No stack samples in this snapshot.</p>"
+    colours = {str(phase): colour for phase, colour in PHASE_COLOURS.items()}
+    roles = [r for r in ROLE_COLUMNS if r in s.by_role]
+    roles += sorted(r for r in s.by_role if r not in ROLE_COLUMNS)
+    blocks = []
+    for role in roles:
+        rows = []
+        for phase, share in sorted(s.by_role[role].items(), key=lambda pv: (-pv[1], pv[0])):
+            if not share > 0:
+                continue
+            colour = colours.get(phase, UNKNOWN_PHASE_COLOUR)
+            width = max(1, round(BAR_WIDTH * min(share, 1.0)))
+            rows.append(
+                f'<tr data-phase="{_e(phase)}"><td style="text-align:left">{_e(phase)}</td>'
+                f'<td style="text-align:left"><span style="display:inline-block;width:{width}px;'
+                f'height:0.9em;background:{colour};border:1px solid #999"></span></td>'
+                f'<td style="text-align:right">{_e(_share(share))}</td></tr>'
+            )
+        samples = s.role_samples.get(role)
+        count = f" ({samples:,} samples)" if samples is not None else ""
+        blocks.append(
+            f'<table data-role="{_e(role)}"><caption style="text-align:left"><b>{_e(role)}</b>'
+            f"{_e(count)}</caption>{''.join(rows)}</table>"
+        )
+    return "".join(blocks)
+
+
+def _share(share: float) -> str:
+    """One decimal, and "<0.1%" rather than a misleading 0.0% (as the HTML page writes it)."""
+    return "<0.1%" if share < 0.0005 else f"{100 * share:.1f}%"
+
+
+def _e(value: object) -> str:
+    """`value` as HTML text or attribute value: control characters shown as escapes, then
+    `& < > " '` escaped."""
+    from sidecar.tables import printable
+
+    return html.escape(printable(str(value)), quote=True)
 
 
 def _note(line: str) -> None:

@@ -5,6 +5,9 @@ Taking a snapshot of a live server is tested in tests/integration/test_pyapi_liv
 
 from __future__ import annotations
 
+import configparser
+import dataclasses
+import html
 import shutil
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,11 +16,12 @@ import pandas as pd
 import pytest
 
 import sidecar
-from sidecar import Profiler, Snapshot, load, snapshots
+from sidecar import Profiler, Snapshot, api, load, snapshots
 from sidecar.cli import main
 from sidecar.config.load import load_config
 from sidecar.config.settings import SNAPSHOT_DEFAULTS
 from sidecar.errors import ConfigError, InputError, OutputError
+from sidecar.report.text import profile_block
 from sidecar.store.summary_io import read_summary
 from sidecar.store.trend_table import TABLE_NAME
 from tests.unit.report.test_report import summary as built_summary
@@ -250,3 +254,55 @@ def test_the_interface_is_on_the_package() -> None:
     assert sidecar.Profiler is Profiler and sidecar.load is load
     with pytest.raises(AttributeError, match="no attribute 'Profiller'"):
         _ = sidecar.Profiller
+
+
+def test_dir_lists_the_lazy_interface_and_all_names_it() -> None:
+    """`dir(sidecar)` (completion, help) lists the API before its first use, and `__all__`
+    names the public interface, each name on the package."""
+    names = dir(sidecar)
+    assert {"Profiler", "Snapshot", "load", "snapshots", "__version__"} <= set(names)
+    assert names == sorted(names)
+    assert set(sidecar.__all__) == {"Profiler", "Snapshot", "load", "snapshots", "__version__"}
+    for name in sidecar.__all__:
+        assert hasattr(sidecar, name)
+
+
+def test_the_package_ships_its_py_typed_marker() -> None:
+    """PEP 561: the marker file beside the package, and setup.cfg's package data ships it."""
+    root = Path(sidecar.__file__).resolve().parent
+    assert (root / "py.typed").is_file()
+    config = configparser.ConfigParser()
+    config.read(root.parent / "setup.cfg")
+    assert config["options.package_data"]["sidecar"].split() == ["py.typed"]
+
+
+def test_notebook_view_shows_the_profile_block_and_phase_bars() -> None:
+    snap = load(SCHEMA3)
+    s = snap.summary
+    view = snap._repr_html_()
+    assert f'<pre style="white-space:pre-wrap">{html.escape(profile_block(s))}</pre>' in view
+    assert "[Profile] Computation Time:" in view
+    for role, shares in s.by_role.items():
+        assert f'data-role="{role}"' in view
+        for phase, share in shares.items():
+            assert (f'data-phase="{phase}"' in view) == (share > 0)
+    assert f"{s.role_samples['engine_core']:,} samples" in view
+
+
+def test_notebook_view_escapes_every_name() -> None:
+    """Roles and phases come from the target and the rules files: none is markup."""
+    s = dataclasses.replace(
+        read_summary(SCHEMA3),
+        name='<b onmouseover="x">',
+        by_role={"<script>alert(1)</script>": {'<img src=x onerror="y">': 0.75, "&amp;": 0.0002}},
+        role_samples={"<script>alert(1)</script>": 4},
+    )
+    view = Snapshot(SCHEMA3, s)._repr_html_()
+    for raw in ("<script>", "<img", "<b on", 'onerror="y"'):
+        assert raw not in view
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in view
+    assert "&lt;img src=x onerror=&quot;y&quot;&gt;" in view
+    assert "&amp;amp;" in view and "&lt;0.1%" in view
+    assert f"width:{round(api.BAR_WIDTH * 0.75)}px" in view
+    empty = Snapshot(SCHEMA3, dataclasses.replace(s, by_role={}))._repr_html_()
+    assert "No stack samples in this snapshot." in empty
