@@ -27,6 +27,7 @@ lint: venv
 	$(BIN)/ruff format --check sidecar devtools tests benchmarks scripts examples
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/mkdocs build --strict --quiet --site-dir build/site
 
 unit: venv
 	$(BIN)/pytest tests/unit -q

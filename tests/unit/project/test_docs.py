@@ -106,6 +106,7 @@ _NOT_MODULES = (
     "sidecar.load",
     "sidecar.snapshots",
     "sidecar.__file__",
+    "sidecar.__all__",
 )
 
 
