@@ -316,7 +316,7 @@ def _phase_bars(s: SnapshotSummary) -> str:
     """One table per role (the report's role order, then any other), a row per phase with a
     non-zero share, largest first: its colour (the flame graph's), name, bar and share."""
     from sidecar.flame.svg import PHASE_COLOURS, UNKNOWN_PHASE_COLOUR
-    from sidecar.tables import ROLE_COLUMNS
+    from sidecar.tables import ROLE_COLUMNS, share_text
 
     if not s.by_role:
         return "<p>No stack samples in this snapshot.</p>"
@@ -335,7 +335,7 @@ def _phase_bars(s: SnapshotSummary) -> str:
                 f'<tr data-phase="{_e(phase)}"><td style="text-align:left">{_e(phase)}</td>'
                 f'<td style="text-align:left"><span style="display:inline-block;width:{width}px;'
                 f'height:0.9em;background:{colour};border:1px solid #999"></span></td>'
-                f'<td style="text-align:right">{_e(_share(share))}</td></tr>'
+                f'<td style="text-align:right">{_e(share_text(share))}</td></tr>'
             )
         samples = s.role_samples.get(role)
         count = f" ({samples:,} samples)" if samples is not None else ""
@@ -344,11 +344,6 @@ def _phase_bars(s: SnapshotSummary) -> str:
             f"{_e(count)}</caption>{''.join(rows)}</table>"
         )
     return "".join(blocks)
-
-
-def _share(share: float) -> str:
-    """One decimal, and "<0.1%" rather than a misleading 0.0% (as the HTML page writes it)."""
-    return "<0.1%" if share < 0.0005 else f"{100 * share:.1f}%"
 
 
 def _e(value: object) -> str:

@@ -25,6 +25,11 @@ def printable(text: str) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", text)
 
 
+def share_text(share: float) -> str:
+    """A phase's share: one decimal, and "<0.1%" rather than a misleading 0.0%."""
+    return "<0.1%" if 0 < share < 0.0005 else f"{100 * share:.1f}%"
+
+
 def json_text(doc: Any, **options: Any) -> str:
     """`json.dumps` whose output every JSON reader takes: NaN and the infinities become null."""
     return json.dumps(_finite(doc), allow_nan=False, **options)

@@ -35,7 +35,7 @@ from sidecar.report.views import (
     ProcessRow,
 )
 from sidecar.sizes import format_bytes, format_pair, format_share
-from sidecar.tables import ROLE_COLUMNS
+from sidecar.tables import ROLE_COLUMNS, share_text
 from sidecar.target.kvcache import kv_cache_text
 
 SEVERITIES = ("critical", "warning", "info")
@@ -255,14 +255,14 @@ def _role_bars(
         )
         stack = "".join(
             f'<span style="width:{100 * v:.3f}%;background:{_colour(p)}" '
-            f'title="{_e(p)} {_share(v)}"></span>'
+            f'title="{_e(p)} {share_text(v)}"></span>'
             for p, v in phases
         )
         rows = "".join(
             f'<tr data-phase="{_e(p)}"><td class="phase"><i style="background:{_colour(p)}">'
             f"</i>{_e(p)}</td>"
             f'<td class="barcell"><span class="bar" style="width:{100 * v:.3f}%;'
-            f'background:{_colour(p)}"></span></td><td class="num">{_share(v)}</td></tr>'
+            f'background:{_colour(p)}"></span></td><td class="num">{share_text(v)}</td></tr>'
             for p, v in phases
         )
         count = f" <small>{samples.get(role, 0):,} samples</small>" if samples else ""
@@ -411,11 +411,6 @@ def _num(value: float | None, fmt: str, scale: float = 1.0) -> str:
 
 def _pct(share: float | None) -> str:
     return NOT_MEASURED if share is None else f"{100 * share:.1f}%"
-
-
-def _share(share: float) -> str:
-    """A phase's share: one decimal, and "<0.1%" rather than a misleading 0.0%."""
-    return "<0.1%" if 0 < share < 0.0005 else f"{100 * share:.1f}%"
 
 
 def _rank(severity: str) -> int:
