@@ -25,7 +25,11 @@ from sidecar.tables import phase_table
               show_default=True, help="json: print summary.json instead of a table.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, hidden=True, help="Same as --format json.")
 def snapshot(**kwargs: object) -> None:
-    """Sample a vLLM server for one window and write a snapshot folder under --out."""
+    """Sample a vLLM server for one window and write a snapshot folder under --out.
+
+    --discover takes the one vLLM server it finds. Several are an error (exit 2) that names
+    each (PID, model, port): pick one with --pid PID, or profile them all with `vllm-sidecar
+    run --discover` (as `targets: [{discover: true}]` in a --config file does)."""
     from sidecar.commands import take_snapshot  # keeps `classify` free of the sampler's imports
     from sidecar.report.text import caveats
 

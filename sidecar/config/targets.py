@@ -1,7 +1,8 @@
 """`targets:` in the config: the vLLM servers one daemon follows together
 (sidecar/daemon/multi_target.py).
 A list in the file only, like `custom_metrics`; validated once on load into frozen specs, each
-error naming the entry, the key and the fix. Without it, `target:` names one server, as always.
+error naming the entry, the key and the fix. Without it, `target:` names one server, as always;
+`run --discover` on a host of several servers runs as `- discover: true` (daemon/choice.py).
 
     targets:
       - discover: true                      # every vLLM server found under target.proc_root

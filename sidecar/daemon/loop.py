@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +40,37 @@ from sidecar.daemon.uptime import Uptime, backoff
 from sidecar.errors import AttachError
 from sidecar.exporter import ExporterState
 from sidecar.store.layout import SnapshotKind
-from sidecar.target.discovery import AmbiguousTarget, Deployment, configured_target
+from sidecar.target.discovery import (
+    AmbiguousTarget,
+    Deployment,
+    configured_target,
+    deployment_id,
+    describe_server,
+    servers_found,
+)
+from sidecar.target.procfs import ProcFs
 
 log = logging.getLogger("vllm_sidecar")
+
+
+class SeveralServers(Exception):
+    """`run --discover` found several vLLM servers at once while its single daemon waited at
+    start: `run` starts the fleet daemon instead (choice.py). The message names them."""
+
+
+@dataclass(frozen=True, slots=True)
+class Discovered:
+    """How the single daemon of `run --discover` (choice.py) takes several servers.
+
+    `hand_over`: several at its start end it with SeveralServers (nothing attached, nothing
+    written), for the fleet to take over. `hint(name)`: how to choose, said in place of
+    discovery's own advice (which is to run this very command) once it profiles one server
+    (`name`: the one it profiled, None before any). `others(procfs)`: the servers found now;
+    one beside the target in two looks in a row, a window apart, is said once."""
+
+    hand_over: bool
+    hint: Callable[[str | None], str]
+    others: Callable[[ProcFs], list[Deployment]] = field(default=servers_found)
 
 
 class Daemon(HoldsShell):
@@ -59,9 +88,11 @@ class Daemon(HoldsShell):
         find_target: Callable[[], Deployment] | None = None,
         alive: Callable[[Deployment], bool] | None = None,
         make_collector: MakeCollector | None = None,
+        discovered: Discovered | None = None,
     ) -> None:
         """`wait(timeout)` waits for the stop signal (True when it came); `find_target`,
-        `alive` and `make_collector(target, first)` default to the real ones over the parts."""
+        `alive` and `make_collector(target, first)` default to the real ones over the parts.
+        `discovered`: the target is discovery's (`run --discover`), see `Discovered`."""
         self.shell = Shell(config, config_path, flags, environ, clock, wall_clock, wait=wait,
                            builders=builders, alive=alive,
                            make_collector=make_collector)  # fmt: skip
@@ -70,6 +101,9 @@ class Daemon(HoldsShell):
         self.target: Deployment | None = None
         self.uptime = Uptime(lambda: self.parts.store, self.state, clock, wall_clock)
         self._hour: HourRun | None = None  # continuous mode: the hour its baseline puts together
+        self._discovered = discovered
+        self._beside: set[tuple[int, int]] = set()  # other servers at the last look
+        self._said: set[tuple[int, int]] = set()  # those said in the log (each once)
         self.always = AlwaysOn(lambda: self.parts, self.state, self.failures, self._keep_in,
                                clock, wall_clock, self.signals.stop)  # fmt: skip
 
@@ -91,6 +125,7 @@ class Daemon(HoldsShell):
         """Wait for the target, then windows until stopped. Raises only for the start."""
         self.parts.store.cleanup_temp()
         start_uploads(self.parts, self.state)
+        handing_over = False
         try:
             self.target = self._wait_for_target_at_start()
             if self.target is None:
@@ -99,8 +134,12 @@ class Daemon(HoldsShell):
             while not self.signals.stop.is_set():
                 self._step()
             self.uptime.close()
+        except SeveralServers:
+            handing_over = True  # the process goes on as the fleet daemon: not stopping
+            raise
         finally:
-            self.notifier.stopping()
+            if not handing_over:
+                self.notifier.stopping()
             if self.parts.uploads is not None:
                 self.parts.uploads.stop()
             if self.parts.gpu is not None:
@@ -141,6 +180,23 @@ class Daemon(HoldsShell):
         if not self.shell.alive(target):
             partial = result.snapshot.window.partial_reason if result else None
             self._target_lost(partial or "the target exited")
+        else:
+            self._look_beside(target)
+
+    def _look_beside(self, target: Deployment) -> None:
+        """`run --discover`: say once a server found beside the target in two looks in a row
+        (a window apart: a redeploy's old and new server overlap for less), which this daemon
+        does not profile, and how to profile it."""
+        if self._discovered is None:
+            return
+        found = {d.root.key: d for d in self._discovered.others(self.parts.procfs)}
+        found.pop(target.root.key, None)
+        for key in (found.keys() & self._beside) - self._said:
+            self._said.add(key)
+            log.warning("another vLLM server runs beside pid %d, which this daemon profiles: "
+                        "%s is not profiled. %s", target.root.pid, describe_server(found[key]),
+                        self._discovered.hint(deployment_id(target).name))  # fmt: skip
+        self._beside = set(found)
 
     # ------------------------------------------------------------------ continuous hours
 
@@ -196,16 +252,27 @@ class Daemon(HoldsShell):
         try:
             target = self._find()
         except (AttachError, AmbiguousTarget) as exc:
+            message = str(exc)
             if isinstance(exc, AmbiguousTarget):
-                self.failures.failed(Failure(WindowFailure.DISCOVERY_AMBIGUOUS, str(exc)))
+                if self._discovered is not None and self._discovered.hand_over:
+                    raise SeveralServers(exc.found) from None
+                message = self._several(exc, None)
+                self.failures.failed(Failure(WindowFailure.DISCOVERY_AMBIGUOUS, message))
             if self.clock() >= deadline:
                 waited = self.config.target.start_timeout_s
-                raise type(exc)(f"{exc} (waited {waited:g} s)") from None
-            log.info("waiting for the target: %s", exc)
+                raise type(exc)(f"{message} (waited {waited:g} s)") from None
+            log.info("waiting for the target: %s", message)
             return None
         self.failures.cleared(WindowFailure.DISCOVERY_AMBIGUOUS)
         self._attached(target)
         return target
+
+    def _several(self, exc: AmbiguousTarget, profiled: str | None) -> str:
+        """The message of several servers found: discovery's, or with `run --discover`'s
+        hint in place of its advice to run `run --discover`."""
+        if self._discovered is None:
+            return str(exc)
+        return exc.choosing(self._discovered.hint(profiled))
 
     def _target_lost(self, reason: str) -> None:
         if self.uptime.went(self.target, reason):
@@ -227,7 +294,9 @@ class Daemon(HoldsShell):
         try:
             target = self._find()
         except AmbiguousTarget as exc:  # a redeploy: old and new side by side for a while
-            self.failures.failed(Failure(WindowFailure.DISCOVERY_AMBIGUOUS, str(exc)))
+            lost = self.uptime.lost
+            message = self._several(exc, deployment_id(lost).name if lost else None)
+            self.failures.failed(Failure(WindowFailure.DISCOVERY_AMBIGUOUS, message))
             return None
         except AttachError as exc:
             log.debug("still no target: %s", exc)

@@ -47,6 +47,7 @@ from sidecar.config.settings import Config
 from sidecar.config.targets import TargetSpec
 from sidecar.daemon.background import AlwaysOn, FleetAlwaysOn
 from sidecar.daemon.failures import FailureTally
+from sidecar.daemon.host_folder import take_for_deployments
 from sidecar.daemon.loop import keep_window
 from sidecar.daemon.parts import Builders, Parts, Store, WindowResult, build_parts
 from sidecar.daemon.schedule import PlannedWindow
@@ -61,7 +62,7 @@ from sidecar.daemon.shell import (
 from sidecar.daemon.uptime import Uptime, backoff
 from sidecar.errors import AttachError, SidecarError
 from sidecar.exporter import ExporterGroup, ExporterState
-from sidecar.store.folders import DiskState, StoredSnapshot, WriteOutcome
+from sidecar.store.folders import DiskState, StoredSnapshot, WriteOutcome, hold_folder
 from sidecar.store.layout import SnapshotKind
 from sidecar.store.upload import stop_all
 from sidecar.target.discovery import Deployment, DeploymentId, deployment_id, find_all
@@ -112,9 +113,12 @@ class MultiTargetDaemon(HoldsShell):
         find_all_targets: Callable[[], Found] | None = None,
         alive: Callable[[Deployment], bool] | None = None,
         make_collector: MakeCollector | None = None,
+        defaults: Config = Config(),  # frozen: one shared instance is safe
     ) -> None:
         """`find_all_targets()`: the deployments the entries name and why some found none
-        (default: discovery.find_all over the config's proc_root); the rest as Daemon's."""
+        (default: discovery.find_all over the config's proc_root); `defaults`: what a reload
+        reads the file over (Shell's: `run --discover`'s fleet keeps its targets there); the
+        rest as Daemon's."""
         make = builders or Builders()
         # The daemon's own parts hold no store and no uploads: each deployment has its own,
         # and an index at OUT/<host>/ would hide the deployment folders from the readers.
@@ -122,7 +126,7 @@ class MultiTargetDaemon(HoldsShell):
         self.shell = Shell(config, config_path, flags, environ, clock, wall_clock, wait=wait,
                            builders=host_only, alive=alive, make_collector=make_collector,
                            check_reload=check_fleet_target,  # target.pid beside targets: ignored
-                           reloaded=self._reload_members)  # fmt: skip
+                           reloaded=self._reload_members, defaults=defaults)  # fmt: skip
         self.clock, self.wall = clock, wall_clock
         self._member_builders = make
         self._find_all = find_all_targets or self._configured_targets
@@ -144,6 +148,8 @@ class MultiTargetDaemon(HoldsShell):
     def run(self) -> int:
         """The daemon as a process: signals, the exporter (every deployment's series), the
         watchdog, then `serve`."""
+        hold_folder(self.parts.store.dir)  # Shell.run's lock (taken once), before anything in it
+        take_for_deployments(self.parts.store.dir)
         return self.shell.run(self.serve, self.group, self.always)
 
     def serve(self) -> int:

@@ -84,13 +84,17 @@ class Shell:
         make_collector: MakeCollector | None = None,
         check_reload: Callable[[Config], None] = lambda config: None,
         reloaded: Callable[[], None] = lambda: None,
+        defaults: Config = Config(),  # frozen: one shared instance is safe
     ) -> None:
         """`wait(timeout)` waits for the stop signal (True when it came); `alive` and
         `make_collector(target, first)` default to the real ones over the parts (a fleet's:
         each deployment's). `check_reload(config)`: what `run` checks beyond load_config,
         again for a reload (a ConfigError keeps the running configuration); `reloaded()`:
-        what follows a reload that replaced the parts (a fleet: its deployments' parts)."""
+        what follows a reload that replaced the parts (a fleet: its deployments' parts).
+        `defaults`: what a reload reads the file over (`run --discover`'s fleet: its
+        `targets:`, which no file gave)."""
         self._config_path, self._flags = config_path, dict(flags or {})
+        self._defaults = defaults
         self._environ = dict(os.environ if environ is None else environ)
         self.clock, self.wall = clock, wall_clock
         self.signals = Signals(heartbeat=clock())
@@ -241,7 +245,7 @@ class Shell:
         self.notifier.reloading()
         old = self.parts
         try:
-            config = load_config(self._config_path, self._environ, self._flags)
+            config = load_config(self._config_path, self._environ, self._flags, self._defaults)
             self._check_reload(config)
             new = build_parts(config, self._builders, self.clock, self.wall, previous=old)
         except Exception as exc:  # any failure keeps it (issue 26, item 12); a stop still stops

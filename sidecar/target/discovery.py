@@ -169,10 +169,40 @@ def no_server_error(procfs: ProcFs) -> AttachError:
     )
 
 
+# What to do about several servers, where one was asked for (`snapshot`, `doctor`, the Python
+# API): `run --discover` profiles them all (sidecar/daemon/choice.py), each in a folder of its own.
+PICK_ONE = (
+    "Pick one with --pid PID, or profile them all with `vllm-sidecar run --discover` (each "
+    "server in a folder of its own, as `targets: [{discover: true}]` in a --config file does)"
+)
+
+
 class AmbiguousTarget(ConfigError):
     """Discovery found more than one vLLM server. For `snapshot` that is a flag to add (exit 2);
     for the daemon after start it is a failed attempt: during a redeploy the old and the new
-    server run side by side for a while."""
+    server run side by side for a while.
+
+    `found` says which servers (and why some were skipped), `servers` holds them; the message
+    is `found` and how to choose (PICK_ONE), which a daemon may say its own way instead."""
+
+    def __init__(self, found: str, servers: tuple[Deployment, ...] = ()) -> None:
+        super().__init__(f"{found}. {PICK_ONE}." if servers else found)
+        self.found, self.servers = found, servers
+
+    def choosing(self, how: str) -> str:
+        """The message with `how` to choose in place of PICK_ONE."""
+        return f"{self.found}. {how}" if self.servers else f"{self}. {how}"
+
+
+def describe_server(d: Deployment) -> str:
+    """`pid 6100 (model qwen2.5-0.5b, port 8001)`: the root PID and what its command line says
+    of the model and the port (or Unix socket); its title when it names no model (an offline
+    `LLM`, whose root is its EngineCore)."""
+    name = deployment_name(d.root.cmdline)
+    if name is None:
+        return f"pid {d.root.pid} ({d.root.title[:60]})"
+    model, _, where = name.rpartition("@")
+    return f"pid {d.root.pid} (model {model}, {'port' if where.isdigit() else 'socket'} {where})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,13 +276,21 @@ def resolve_target(procfs: ProcFs, pid: int | None, any_python: bool = False) ->
                     kept[0].root.pid, kept[0].root.title[:60],
                     "; skipped ".join(map(str, skipped)))  # fmt: skip
         return kept[0]
-    listing = "; ".join(f"pid {d.root.pid} ({d.root.title[:60]})" for d in kept)
+    listing = "; ".join(describe_server(d) for d in kept)
     why = ""
     if skipped:
         why = " (skipped " + "; skipped ".join(map(str, skipped)) + ")"
     elif doubted:  # every one has some: said, but none is preferred
         why = " (none shows that it serves: " + "; ".join(map(str, doubted)) + ")"
-    raise AmbiguousTarget(f"found {len(kept)} vLLM servers: {listing}{why}. Pick one with --pid.")
+    raise AmbiguousTarget(f"found {len(kept)} vLLM servers: {listing}{why}", tuple(kept))
+
+
+def servers_found(procfs: ProcFs) -> list[Deployment]:
+    """The vLLM servers discovery would choose between, newest first: every one it finds, less
+    those with evidence that they are none beside one without (`screen`), as `resolve_target`
+    chooses; `run --discover` profiles them all when they are several."""
+    found = discover(procfs)
+    return screen(procfs, found)[0] if len(found) > 1 else found
 
 
 def configured_target(procfs: ProcFs, t: TargetConfig) -> Deployment:

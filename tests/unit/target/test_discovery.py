@@ -480,7 +480,9 @@ def test_when_every_candidate_has_doubts_none_is_preferred_and_the_error_says_th
     message = str(raised.value)
     assert message.startswith("found 2 vLLM servers: pid 6100 (")
     assert f"none shows that it serves: pid 6100 (uid 0): {DOUBT_MAPS}; pid 5100" in message
-    assert message.endswith("Pick one with --pid.")
+    assert message.endswith("Pick one with --pid PID, or profile them all with `vllm-sidecar "
+                            "run --discover` (each server in a folder of its own, as `targets: "
+                            "[{discover: true}]` in a --config file does).")  # fmt: skip
 
 
 DOUBT_MAPS = "has no module of vLLM's package loaded (none in its memory maps)"
