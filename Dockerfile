@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # The vllm-sidecar image: the package and its console script `vllm-sidecar`, py-spy (a wheel
-# dependency, so /usr/local/bin/py-spy), and the default configs under /etc/vllm-sidecar.
+# dependency, so /usr/local/bin/py-spy), and the example config as /etc/vllm-sidecar/sidecar.yaml.
 #
 #   docker build -t vllm-sidecar:local .
 #   docker run --rm --pid=container:<vllm> --cap-add SYS_PTRACE vllm-sidecar:local run --discover ...
@@ -19,15 +19,17 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# The source is bind-mounted for the install only, so no copy of it stays in a layer.
+# The source is bind-mounted for the install only, so no copy of it stays in a layer. The core
+# install is the daemon, snapshot, report and doctor; [s3] adds uploads (config upload:). The
+# analysis commands (diff, trend, aggregate) need [analysis]: `pip install "/src[s3,analysis]"`.
 # (rw: setuptools writes build/ and *.egg-info into it; those writes are discarded.)
 RUN --mount=type=bind,source=.,target=/src,rw \
-    pip install /src \
+    pip install "/src[s3]" \
     && vllm-sidecar --version \
     && py-spy --version
 
-# phases.yaml and the example sidecar.yaml; .dockerignore leaves out the Prometheus/Nginx configs.
-COPY configs/ /etc/vllm-sidecar/
+# The example config as the default; the phase and advice rules are package data (sidecar/configs/).
+COPY sidecar/configs/sidecar.yaml /etc/vllm-sidecar/sidecar.yaml
 
 # Snapshots go to a volume here; the exporter serves Prometheus on 19464.
 VOLUME ["/var/lib/vllm-sidecar"]

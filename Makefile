@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv vllm-env browser prometheus lint unit integration test test-like-ci demo bench bench-continuous bench-pyspy bench-trend bench-fleet bench-upload soak noise freeze-check secrets-check record-diff matrix validate-deploy schema dashboard clean
+.PHONY: venv vllm-env browser prometheus lint unit integration test test-like-ci demo bench bench-continuous bench-pyspy bench-trend bench-fleet bench-upload soak noise freeze-check secrets-check discover-check install-sizes record-diff matrix validate-deploy schema dashboard clean
 
 venv: $(STAMP)
 
@@ -59,6 +59,17 @@ browser:
 # loopback port). Where it cannot be installed those tests skip and say so.
 prometheus:
 	@scripts/install-prometheus.sh
+
+# Two real vLLM servers, then `run --discover` (20 s windows every 30 s): both servers' snapshots
+# within two intervals, then one server in OUT/<host>/ as before (about 3 min); the record
+# (tests/fixtures/discover/) is checked by the unit tests.
+discover-check: vllm-env
+	$(BIN)/python -m devtools.discover_check
+
+# The installed size of the core package and of each extra (README.md, "Install"): a wheel of
+# this checkout in fresh venvs; the record is checked against the README by the tests.
+install-sizes: venv
+	$(BIN)/python -m devtools.install_sizes --json-out tests/fixtures/install/sizes.json
 
 demo: vllm-env
 	$(BIN)/python -m devtools.demo

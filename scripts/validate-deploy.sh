@@ -221,17 +221,17 @@ EOF
   out="$("$venv/bin/python" - "$scratch"/wheel/*.whl <<'EOF' 2>&1
 import sys, zipfile
 names = zipfile.ZipFile(sys.argv[1]).namelist()
-need = ["sidecar/cli/__init__.py", "share/vllm-sidecar/configs/phases.yaml"]
-missing = [n for n in need if not any(x == n or x.endswith(".data/data/" + n) for x in names)]
+need = ["sidecar/cli/__init__.py", "sidecar/configs/phases.yaml", "sidecar/configs/advice.yaml", "sidecar/configs/sidecar.yaml"]
+missing = [n for n in need if n not in names]
 entry = next((zipfile.ZipFile(sys.argv[1]).read(x).decode() for x in names if x.endswith("entry_points.txt")), "")
 if "vllm-sidecar = sidecar.cli:main" not in entry:
     missing.append("console script vllm-sidecar")
 sys.exit(f"the wheel lacks {missing}" if missing else 0)
 EOF
   )" || { fail "$1" "$out"; return; }
-  ran "$1" "the .dockerignore'd context builds a wheel with sidecar/, phases.yaml and the vllm-sidecar script"
-  [[ -f "$ctx/configs/sidecar.yaml" ]] \
-    || echo "      | note: configs/sidecar.yaml is absent, so the image has no default config yet"
+  ran "$1" "the .dockerignore'd context builds a wheel with sidecar/, its built-in configs and the vllm-sidecar script"
+  [[ -f "$ctx/sidecar/configs/sidecar.yaml" ]] \
+    || echo "      | note: sidecar/configs/sidecar.yaml is absent, so the image has no default config yet"
 }
 
 check_nginx() {

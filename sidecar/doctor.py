@@ -4,18 +4,27 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from importlib.metadata import packages_distributions
 from pathlib import Path
 from typing import TypeVar
 
 from sidecar.advice.rules import load_advice
 from sidecar.classify.rules import load_rules
 from sidecar.config.settings import Config, load_named
+from sidecar.config.targets import TargetSpec
 from sidecar.errors import SidecarError
+from sidecar.extras import EXTRAS, Extra, missing_modules, pip_line
 from sidecar.sampling.pyspy import PTRACE_HELP, SubprocessPySpy, explain_failure
-from sidecar.target.discovery import Deployment, configured_target, deployment_id, find_all
+from sidecar.target.discovery import (
+    Deployment,
+    configured_target,
+    deployment_id,
+    find_all,
+    servers_found,
+)
 from sidecar.target.procfs import ProcFs
 from sidecar.vllm_metrics import HttpMetricsSource, MetricsScrape, take_scrape
 from sidecar.vllm_metrics.custom import probe
@@ -57,6 +66,7 @@ def run_checks(config: Config) -> list[Check]:
     advice = str(config.advice) if config.advice else "built-in"
     checks = [Check("config", Status.OK, f"{config.source}; rules: {rules}; advice: {advice}")]
     spy = _guard(checks, "py-spy", lambda: _py_spy(config))
+    config = _every_server(config, checks)
     if config.targets:
         target = _fleet(config, spy, checks)
         checks.append(_nvml(config))
@@ -71,7 +81,45 @@ def run_checks(config: Config) -> list[Check]:
     checks.extend(sampler_checks(config))
     if config.upload.url is not None:
         checks.append(_upload(config))
+    checks.append(install_check(packages_distributions()))
+    checks.append(extras_check(missing_modules))
     return checks
+
+
+# The PyPI package `sidecar` (the JupyterLab sidecar widget) installs the same top-level
+# import name: in one environment, the second install overwrites the first one's files.
+OWN_DISTRIBUTION = "vllm-sidecar"
+
+
+def install_check(distributions: Mapping[str, Sequence[str]]) -> Check:
+    """Whether another distribution installs the import name `sidecar` beside this one;
+    DISTRIBUTIONS: importlib.metadata.packages_distributions(), import name -> distributions."""
+    others = sorted({d for d in distributions.get("sidecar", ()) if d.lower() != OWN_DISTRIBUTION})
+    if not others:
+        return Check("install", Status.OK, f"the import name `sidecar` is {OWN_DISTRIBUTION}'s")
+    names = ", ".join(others)
+    return Check(
+        "install", Status.FAIL,
+        f"{names} is installed here too and uses the same import name, `sidecar` (the PyPI "
+        "package `sidecar` is the JupyterLab sidecar widget): whichever was installed last "
+        "overwrote the other's files",
+        f"install vllm-sidecar in an environment of its own (python3 -m venv /opt/vllm-sidecar "
+        f"&& /opt/vllm-sidecar/bin/pip install vllm-sidecar), or `pip uninstall {others[0]}` "
+        "then `pip install --force-reinstall vllm-sidecar`",
+    )  # fmt: skip
+
+
+def extras_check(missing: Callable[[Extra], tuple[str, ...]]) -> Check:
+    """Which extras are installed; a missing one is not a fault (the daemon needs none), so
+    it is said with the command that needs it and the `pip install` that brings it."""
+    absent = [e for e in EXTRAS if missing(e)]
+    have = [e.name for e in EXTRAS if e not in absent]
+    detail = f"installed: {', '.join(have) or 'none'}"
+    if not absent:
+        return Check("extras", Status.OK, detail)
+    wanted = "; ".join(f"[{e.name}] for {e.used_by}" for e in absent)
+    fix = "; ".join(pip_line(e) for e in absent)
+    return Check("extras", Status.OK, f"{detail}; not installed: {wanted}", f"if needed: {fix}")
 
 
 def sampler_checks(config: Config) -> list[Check]:
@@ -148,6 +196,23 @@ def _target(config: Config) -> tuple[Check, Deployment]:
     target = configured_target(ProcFs(config.target.proc_root), config.target)
     roles = ", ".join(f"{p.pid} {p.role.value}" for p in target.processes)
     return Check("target", Status.OK, f"vLLM deployment {target.root.pid}: {roles}"), target
+
+
+def _every_server(config: Config, checks: list[Check]) -> Config:
+    """`doctor --discover` (no PID, no `targets:`) on a host of several vLLM servers checks
+    each, as `run --discover` profiles each there (`targets: [{discover: true}]`)."""
+    t = config.target
+    if config.targets or t.pid is not None or t.pid_file is not None or not t.discover:
+        return config
+    try:
+        servers = servers_found(ProcFs(t.proc_root))
+    except SidecarError:
+        return config  # the single target's check says what is wrong
+    if len(servers) < 2:
+        return config
+    every = "`run --discover` profiles each, as `targets: [{discover: true}]` does"
+    checks.append(Check("targets", Status.OK, f"{len(servers)} vLLM servers found: {every}"))
+    return replace(config, targets=(TargetSpec(discover=True),))
 
 
 def _fleet(config: Config, spy: SubprocessPySpy | None, checks: list[Check]) -> Deployment | None:

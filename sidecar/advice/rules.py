@@ -106,7 +106,7 @@ class AdviceRules:
 
 
 def default_advice_path() -> Path:
-    """The checkout's `configs/advice.yaml`, else the copy installed under `share/`."""
+    """The built-in advice.yaml (package data in sidecar/configs/, linked as configs/)."""
     return packaged_config(ADVICE_FILENAME)
 
 

@@ -231,7 +231,7 @@ def _glob_re(glob: str) -> re.Pattern[str]:
 
 
 def default_rules_path() -> Path:
-    """The checkout's `configs/phases.yaml`, else the copy installed under `share/`."""
+    """The built-in phases.yaml (package data in sidecar/configs/, linked as configs/)."""
     return packaged_config(RULES_FILENAME)
 
 

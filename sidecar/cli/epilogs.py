@@ -174,6 +174,17 @@ EPILOGS: dict[str, str] = {
         ("vllm-sidecar rules suggest ./snapshots/20261120T060000Z",),
         InputError,
     ),
+    "config": epilog(
+        ("vllm-sidecar config example -o /etc/vllm-sidecar/sidecar.yaml",),
+        OutputError,
+    ),
+    "config example": epilog(
+        (
+            "vllm-sidecar config example -o /etc/vllm-sidecar/sidecar.yaml",
+            "vllm-sidecar config example --which phases > my-phases.yaml",
+        ),
+        OutputError,
+    ),
 }
 GROUP_EPILOG = epilog(
     (

@@ -98,7 +98,7 @@ def setting_options(
                              default=default, show_default=shown(default, unit),
                              help=help_text)(f)  # fmt: skip
         return click.option("--config", "config_path", type=click.Path(path_type=Path),
-                            help="YAML config (see configs/sidecar.yaml).")(f)  # fmt: skip
+                            help="YAML config (`config example` prints one).")(f)  # fmt: skip
 
     return decorate
 

@@ -1,11 +1,12 @@
-"""Where the packaged configs are: the checkout's `configs/`, else the copies installed under
-`<prefix>/share/vllm-sidecar/configs/` (setup.cfg's data_files: the Docker image, a system
-install). One place, so that moving a module cannot silently send a lookup to `share/`."""
+"""Where the built-in configs are: package data of `sidecar.configs` (phases.yaml, advice.yaml,
+the example sidecar.yaml), read through importlib.resources, so that they are found however the
+package is installed (a venv, `pip install --user`, `--target`, an image). One place, so that
+moving a module cannot send a lookup elsewhere."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator, Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -13,16 +14,22 @@ import yaml
 
 from sidecar.errors import ConfigError
 
-# sidecar/config/packaged.py -> the checkout's root
-CHECKOUT_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+PACKAGE = "sidecar.configs"
 
 
 def packaged_config(filename: str) -> Path:
-    """The checkout's `configs/FILENAME`, else the copy installed under `share/`."""
-    checkout = CHECKOUT_CONFIGS / filename
-    if checkout.is_file():
-        return checkout
-    return Path(sys.prefix) / "share" / "vllm-sidecar" / "configs" / filename
+    """The built-in `FILENAME` (package data of sidecar.configs) as a path on disk.
+
+    pip installs packages as files, so the resource is a file; a package imported from a zip
+    archive has no path, and that is said with the fix."""
+    resource = resources.files(PACKAGE) / filename
+    if isinstance(resource, Path):
+        return resource
+    raise ConfigError(
+        f"the built-in {filename} is inside an archive ({resource}), not a file; install "
+        "vllm-sidecar unzipped (pip install vllm-sidecar), or pass the file with --config, "
+        "--rules or --advice"
+    )
 
 
 def read_config_text(path: Path, what: str, kind: str, fix: str) -> str:

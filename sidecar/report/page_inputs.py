@@ -13,9 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TypeVar
 
 from sidecar.advice.rules import AdviceRules
 from sidecar.errors import InputError
+from sidecar.extras import extra_of, pip_line
 from sidecar.records.summary import SnapshotSummary
 from sidecar.report.page import DiffView, FindingLike, Missing, PageInputs
 from sidecar.store.layout import OutputTree, SnapshotKind
@@ -25,6 +27,7 @@ TREND_S = 7 * 86400  # the trend plot's span, up to the page's snapshot (trend's
 FLAME_MIN_WIDTH = 0.001  # flamegraph's default --min-width (0.1 %)
 
 Note = Callable[[str], None]
+_P = TypeVar("_P")
 
 
 def page_inputs(
@@ -64,8 +67,10 @@ def _inputs(
         source=str(folder),
         findings=findings_of(summary, advice),
         flame_svg=flame_of(folder),
-        trend_png=None if store is None else trend_of(store, folder, note),
-        diff=None if store is None else diff_of(store),
+        trend_png=None
+        if store is None
+        else _needing_extra("trend plot", trend_of, store, folder, note),
+        diff=None if store is None else _needing_extra("diff", diff_of, store),
         generator=generator,
     )
 
@@ -77,6 +82,18 @@ def findings_of(
     from sidecar.advice.findings import findings
 
     return tuple(findings(summary, advice))
+
+
+def _needing_extra(part: str, make: Callable[..., _P], *args: object) -> _P | Missing:
+    """MAKE(*ARGS), or a Missing that names the `pip install` when a library of an extra is
+    not installed (the core install has no scipy or matplotlib): the rest of the page stands."""
+    try:
+        return make(*args)
+    except ModuleNotFoundError as exc:
+        extra = extra_of(exc.name or "")
+        if extra is None:
+            raise
+        return Missing(f"No {part}: it needs {exc.name}, which {pip_line(extra)} installs")
 
 
 def flame_of(folder: Path) -> str | Missing:

@@ -434,7 +434,7 @@ def test_dockerfile_entrypoint_and_healthcheck() -> None:
     assert 'ENTRYPOINT ["vllm-sidecar"]' in text
     assert 'CMD ["run", "--config", "/etc/vllm-sidecar/sidecar.yaml"]' in text
     assert re.search(r"^HEALTHCHECK .*\n.*127\.0\.0\.1:19464/metrics", text, re.M)
-    assert "pip install /src" in text
+    assert 'pip install "/src[s3]"' in text
 
 
 def test_deployed_flags_exist_in_the_cli(compose: dict[str, Any]) -> None:

@@ -519,6 +519,26 @@ def test_doctor_checks_each_server_of_targets(tmp_path: Path) -> None:
     assert checks["target"].status is Status.WARN and "later.pid" in checks["target"].detail
 
 
+def test_doctor_discover_on_two_servers_checks_each(tmp_path: Path) -> None:
+    """`doctor --discover` (no targets:) where `run --discover` would profile two servers:
+    each is checked; it used to FAIL with 'found 2 vLLM servers ... Pick one with --pid'."""
+    from sidecar.config.settings import MetricsConfig, OutputConfig, SamplingConfig, TargetConfig
+    from sidecar.doctor import Status, run_checks
+
+    config = Config(
+        target=TargetConfig(proc_root=TWO.root, discover=True),
+        sampling=SamplingConfig(py_spy=str(tmp_path / "no-py-spy")),
+        output=OutputConfig(dir=tmp_path / "out"),
+        metrics=MetricsConfig(timeout_s=0.5),
+        gpu=False,
+    )
+    checks = {c.name: c for c in run_checks(config)}
+    assert "2 vLLM servers found" in checks["targets"].detail
+    assert checks["target opt-125m@8000"].status is Status.OK
+    assert checks["target qwen2.5-0.5b@8001"].status is Status.OK
+    assert "target" not in checks
+
+
 def test_aggregate_takes_the_host_of_a_deployment_folder_from_its_index(tmp_path: Path) -> None:
     """`aggregate OUT` over a multi-target daemon's OUT/<host>/<deployment>/ folders: the host
     is the index's, not the deployment folder's name; an old OUT/<host>/ reads as before."""
