@@ -15,7 +15,11 @@ The method (README, "Comparing snapshots"):
 - Intervals. Welch's t with Welch-Satterthwaite degrees of freedom, and Bonferroni over every
   comparison the diff tests at once (m), so the chance that two sides of the same load show
   *any* significant change is at most 5 %; a difference is significant when its interval
-  excludes no change. Checked on recorded real windows (tests/fixtures/diff).
+  excludes no change. Each interval is one the figure can have: a difference of shares is
+  Newcombe's hybrid score interval on the two sides' Wilson intervals at their effective
+  sample sizes (sidecar/analyze/intervals.py: within [-1, 1], each share within [0, 1]), a
+  ratio is Welch's interval of the log-ratio taken back (above 0). Checked on recorded real
+  windows (tests/fixtures/diff).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from dataclasses import dataclass, field, fields, replace
 
 from scipy import stats
 
+from sidecar.analyze.intervals import effective_n, newcombe, newcombe_p
 from sidecar.records import Phase
 from sidecar.records.summary import Fingerprint, SnapshotSummary
 
@@ -136,10 +141,26 @@ class Change:
     estimate: float | None = field(default=None, repr=False, compare=False)
     se: float | None = field(default=None, repr=False, compare=False)
     df: float | None = field(default=None, repr=False, compare=False)
+    # A share's sides as (share, effective samples): its interval is Newcombe's, not Welch's.
+    score: tuple[tuple[float, float], tuple[float, float]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     @property
     def tested(self) -> bool:
         return self.low is not None
+
+    @property
+    def half_width(self) -> float | None:
+        """Half the interval: in share points for `pp`, as a factor for `ratio` (the half-width
+        of the log-ratio's interval taken back: 1.5 is x/÷1.5). None: not tested."""
+        if self.low is None or self.high is None:
+            return None
+        if self.scale == "pp":
+            return (self.high - self.low) / 2
+        if self.low <= 0:
+            return math.inf
+        return math.exp((math.log(self.high) - math.log(self.low)) / 2)
 
     @property
     def magnitude(self) -> float:
@@ -195,6 +216,12 @@ def simultaneous(changes: list[Change], alpha: float) -> list[Change]:
             out.append(c)
             continue
         t = float(stats.t.ppf(1 - alpha / (2 * m), c.df))
+        if c.score is not None:
+            lo, hi = newcombe(*c.score, t)
+            significant = lo > 0 or hi < 0
+            p = min(1.0, m * newcombe_p(*c.score, c.df))
+            out.append(replace(c, low=lo, high=hi, significant=significant, p_adjusted=p))
+            continue
         lo, hi = c.estimate - t * c.se, c.estimate + t * c.se
         if c.scale == "ratio":
             lo, hi = math.exp(lo), math.exp(hi)
@@ -204,6 +231,14 @@ def simultaneous(changes: list[Change], alpha: float) -> list[Change]:
         p = min(1.0, m * 2 * float(stats.t.sf(abs(c.estimate) / c.se, c.df)))
         out.append(replace(c, low=lo, high=hi, significant=significant, p_adjusted=p))
     return out
+
+
+def detectable(changes: Iterable[Change]) -> float | None:
+    """The widest interval's half-width among the tested `changes` (one scale): the size of
+    change these samples could detect in any of them (an estimate that large is at the edge of
+    significance in the widest; narrower ones show smaller changes). None: none is tested."""
+    widths = [w for c in changes if (w := c.half_width) is not None]
+    return max(widths) if widths else None
 
 
 # ---------------------------------------------------------------------------------- sides
@@ -487,7 +522,9 @@ def share_change(
     MIN_SAMPLES, else tested with each side's variance floored at the binomial one. Samples
     within a unit are positively correlated, so a side whose few units happen to agree (all
     zero, say) must not claim more certainty than independent samples would give; the floor
-    uses the pooled share."""
+    uses the pooled share. The interval is Newcombe's on each side's share at its effective
+    sample size (sidecar/analyze/intervals.py); the floored variances give the degrees of
+    freedom."""
     if max(a.value or 0.0, b.value or 0.0) < MIN_SHARE:
         return None
     if hits < MIN_SAMPLES:
@@ -500,7 +537,12 @@ def share_change(
         else r
         for r, n in zip((a, b), totals, strict=True)
     ]
-    return change_of("share", role, name, floored[0], floored[1], log=False)
+    change = change_of("share", role, name, floored[0], floored[1], log=False)
+    if change.se is None or a.value is None or b.value is None:
+        return change
+    score = ((a.value, effective_n(a.value, a.var, totals[0])),
+             (b.value, effective_n(b.value, b.var, totals[1])))  # fmt: skip
+    return replace(change, score=score)
 
 
 def costed(shares: Sequence[float], hits: Sequence[float]) -> bool:

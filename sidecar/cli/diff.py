@@ -73,5 +73,5 @@ def diff(sides: tuple[str, ...], baseline_of: Path | None, since: str | None,
     if fmt == "json":
         click.echo(json_text(diff_json(comparison, failed, found), indent=2))
     else:
-        click.echo(render_text(comparison, failed, found))
+        click.echo(render_text(comparison, failed, found, threshold))
     return ExitStatus.REGRESSION if failed else ExitStatus.OK

@@ -1,70 +1,35 @@
-"""`vllm-sidecar diff`'s verdict on two sides: as text, as JSON, and the gate of `--fail-on`."""
+"""`vllm-sidecar diff`'s verdict on two sides: as text, as JSON, and the gate of `--fail-on`
+(the words themselves: sidecar/diff/verdict.py)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from sidecar.advice.findings import FindingChanges, changes_json, render_changes
-from sidecar.analyze.compare import Change, Comparison, Workload, regressions
-from sidecar.sampling.pyspy import LATE_S
-from sidecar.tables import table
+from sidecar.analyze.compare import Change, Comparison, Workload, detectable, regressions
+from sidecar.diff.verdict import (
+    caveats,
+    change_words,
+    largest,
+    serving_value,
+    side_wide,
+    times,
+    untested_cell,
+    verdict,
+)
+from sidecar.tables import share_text, table
 
-
-def verdict(c: Comparison, top: int = 6) -> list[str]:
-    """The largest significant changes in plain words, the fingerprint first."""
-    lines = (
-        [f"Ran differently: {', '.join(f.words() for f in c.fingerprint)}."]
-        if c.fingerprint
-        else []
-    )
-    for label in c.mixed:
-        lines.append(f"Note: {label.split(':')[0]} mixes windows of different fingerprints.")
-    if c.mix_differs:
-        lines.append(f"The workload differs ({c.mix_differs}): costs per token and per "
-                     "request and latencies compare unlike work, and --fail-on does not gate "
-                     "on them.")  # fmt: skip
-    custom = [ch for ch in c.custom if ch.significant]
-    if custom:
-        lines.append(
-            "Custom metrics (tested apart): "
-            + "; ".join(f"{ch.name} {_ratio_words(ch.change)}" for ch in custom)
-            + "."
-        )
-    found = c.significant
-    if not found:
-        lines.append(
-            f"No significant change: none of the {c.tested} tested differences is outside its "
-            f"interval (family-wise {100 * (1 - c.alpha):.0f} %)."
-        )
-        return lines
-    # What vLLM served (latency, throughput), then where the time goes (shares), then CPU;
-    # the largest of each first.
-    quota = (("serving", 2), ("share", 2), ("cost", 1), ("cores", 1))
-    picked = [ch for kind, n in quota for ch in [x for x in found if x.kind == kind][:n]][:top]
-    more = f" (and {len(found) - len(picked)} more)" if len(found) > len(picked) else ""
-    lines.append("Significant: " + "; ".join(change_words(ch) for ch in picked) + more + ".")
-    return lines
-
-
-def change_words(ch: Change) -> str:
-    who = f"{ch.role.replace('_', ' ')} " if ch.role else ""
-    if ch.kind == "share":
-        direction = "up" if (ch.change or 0) > 0 else "down"
-        size = abs(ch.change or 0.0) * 100
-        return (f"{who}{ch.name.replace('_', ' ')} {direction} "
-                f"{size:.1f} pp ({_pct(ch.a)} \u2192 {_pct(ch.b)} of its samples)")  # fmt: skip
-    what = ch.name
-    phase = "" if ch.name == "all" else f" in {ch.name.replace('_', ' ')}"
-    if ch.kind == "cost":
-        what = f"{who}CPU per 1k generated tokens{phase}"
-    elif ch.kind == "cores":
-        what = f"{who}CPU time{phase}"
-    return f"{what} {_ratio_words(ch.change)}"
+__all__ = ["caveats", "change_words", "gate", "render_text", "significant_rows", "to_json",
+           "verdict"]  # fmt: skip
 
 
 def render_text(
-    c: Comparison, fail: tuple[Change, ...] = (), found: FindingChanges | None = None
+    c: Comparison,
+    fail: tuple[Change, ...] = (),
+    found: FindingChanges | None = None,
+    fail_on: float | None = None,
 ) -> str:
     wa, wb = c.workloads
     out = ["[Diff] " + line for line in verdict(c)]
@@ -78,45 +43,40 @@ def render_text(
         out += ["", "[Diff] Fingerprint (what ran differently):"]
         out += [f"- {f.words()}" for f in c.fingerprint]
     out += ["", "[Diff] Workload:", table(["", "A", "B"], _workload_rows(wa, wb))]
-    out += ["", f"[Diff] Phase shares per role (pp; simultaneous 95 % intervals, m = {c.tested}):"]
+    out += ["", "[Diff] Phase shares per role (pp; simultaneous 95 % score intervals, each "
+            f"share within 0-100 %, m = {c.tested}):"]  # fmt: skip
     out.append(table(["role", "phase", "A", "B", "change", "interval", ""],
                      [_share_row(ch) for ch in c.shares]))  # fmt: skip
     heads = ["role", "phase", "A", "B", "B/A", "interval", ""]
     out += ["", "[Diff] CPU time per phase, in cores (estimate: each role's measured CPU split "
-            "by its busy samples):"]  # fmt: skip
-    out.append(table(heads, [_ratio_row(ch, ch.role or "", "{:.3f}") for ch in c.cores]))
+            "by its busy samples; intervals of the ratio, on the log scale):"]  # fmt: skip
+    out.append(table(heads, [_ratio_row(ch, _fixed("{:.3f}")) for ch in c.cores]))
     out += ["", "[Diff] CPU seconds per 1,000 generated tokens (the same split):"]
-    out.append(table(heads, [_ratio_row(ch, ch.role or "", "{:.3f}") for ch in c.costs]))
+    out.append(table(heads, [_ratio_row(ch, _fixed("{:.3f}")) for ch in c.costs]))
     out += ["", "[Diff] CPU milliseconds per finished request (estimates, not tested):"]
-    out.append(table(heads[:5], [_ratio_row(ch, ch.role or "", "{:.2f}", 1000)[:5]
+    out.append(table(heads[:5], [_ratio_row(ch, _fixed("{:.2f}", 1000))[:5]
                                  for ch in c.per_request]))  # fmt: skip
     out += ["", "[Diff] Serving figures:"]
     out.append(table(["figure", "A", "B", "B/A", "interval", ""],
-                     [_ratio_row(ch, None, "{:.4g}")[1:] for ch in c.serving]))  # fmt: skip
+                     [_ratio_row(ch, _serving(ch))[1:] for ch in c.serving]))  # fmt: skip
     if c.custom:
         m = sum(ch.tested for ch in c.custom)
         out += ["", "[Diff] Custom metrics (mean of the windows' values; tested apart from the "
                 f"figures above, simultaneous 95 % intervals over their own m = {m}):"]  # fmt: skip
         out.append(table(["metric", "A", "B", "B/A", "interval", ""],
-                         [_ratio_row(ch, None, "{:.4g}")[1:] for ch in c.custom]))  # fmt: skip
+                         [_ratio_row(ch, _fixed("{:.4g}"))[1:] for ch in c.custom]))  # fmt: skip
     if fail:
-        out += ["", "[Diff] Regressions beyond --fail-on:"]
+        beyond = "" if fail_on is None else f" {fail_on_words(fail_on)}"
+        out += ["", f"[Diff] Regressions beyond --fail-on{beyond}:"]
         out += [f"- {change_words(ch)}" for ch in fail]
     return "\n".join(out)
 
 
-def caveats(c: Comparison) -> list[str]:
-    """Windows whose sampling the sidecar itself flagged: kept, but said."""
-    out = []
-    for side in (c.a, c.b):
-        for s in side.summaries:
-            sampling = s.sampling
-            if sampling.partial:
-                out.append(f"{side.label[0]}: {s.name} is partial ({sampling.partial_reason})")
-            elif sampling.behind_s >= LATE_S:
-                out.append(f"{side.label[0]}: py-spy fell {sampling.behind_s:.1f} s behind in "
-                           f"{s.name}")  # fmt: skip
-    return out
+def fail_on_words(threshold: float) -> str:
+    """The --fail-on threshold as given (10%), or as a factor beyond x2 (a rise of 300 % is
+    x4.0)."""
+    rise = 1 + threshold
+    return f"{100 * threshold:g}%" if rise < 2 else f"{100 * threshold:g}% ({times(rise)})"
 
 
 SIGNIFICANT_HEADERS = ("what", "role", "figure", "A", "B", "change", "interval", "")
@@ -134,7 +94,7 @@ def significant_rows(c: Comparison) -> list[list[str]]:
         if ch.kind == "share":
             cells = _share_row(ch)
         else:
-            cells = _ratio_row(ch, ch.role or "", "{:.4g}" if ch.kind == "serving" else "{:.3f}")
+            cells = _ratio_row(ch, _serving(ch) if ch.kind == "serving" else _fixed("{:.3f}"))
         rows.append([_KIND_WORDS.get(ch.kind, ch.kind), *cells])
     return rows
 
@@ -158,43 +118,53 @@ def _workload_rows(a: Workload, b: Workload) -> list[list[str]]:
 
 
 def _share_row(ch: Change) -> list[str]:
-    interval = f"{_pp(ch.low)} .. {_pp(ch.high)}" if ch.tested else (ch.note or "-")
+    interval = f"{_pp(ch.low)} .. {_pp(ch.high)}" if ch.tested else untested_cell(ch)
     return [ch.role or "", ch.name, _pct(ch.a), _pct(ch.b), _pp(ch.change), interval,
             "significant" if ch.significant else ""]  # fmt: skip
 
 
-def _ratio_row(ch: Change, role: str | None, fmt: str, scale: float = 1.0) -> list[str]:
-    def f(v: float | None) -> str:
-        return "-" if v is None else fmt.format(v * scale)
+Value = Callable[[float | None], str]
 
-    interval = f"{ch.low:.2f} .. {ch.high:.2f}" if ch.tested else (ch.note or "-")
-    change = "-" if ch.change is None else f"{ch.change:.2f}"
-    return [role or "", ch.name, f(ch.a), f(ch.b), change, interval,
+
+def _fixed(fmt: str, scale: float = 1.0) -> Value:
+    return lambda v: "-" if v is None else fmt.format(v * scale)
+
+
+def _serving(ch: Change) -> Value:
+    return lambda v: serving_value(ch.name, v)
+
+
+def _ratio_row(ch: Change, value: Value) -> list[str]:
+    """role, figure, A, B, B/A, its interval (x0.82 .. x1.20), significant."""
+    if ch.low is not None and ch.high is not None:
+        interval = f"{times(ch.low)} .. {times(ch.high)}"
+    else:
+        interval = untested_cell(ch)
+    change = "-" if ch.change is None else times(ch.change)
+    return [ch.role or "", ch.name, value(ch.a), value(ch.b), change, interval,
             "significant" if ch.significant else ""]  # fmt: skip
 
 
 def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{100 * v:.1f}%"
+    return "-" if v is None else share_text(v)
 
 
 def _pp(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:+.1f} pp"
 
 
-def _ratio_words(v: float | None) -> str:
-    if v is None:
-        return "changed"
-    return f"{'up' if v > 1 else 'down'} {abs(v - 1) * 100:.0f} % (\u00d7{v:.2f})"
-
-
 def to_json(
     c: Comparison, fail: tuple[Change, ...] = (), found: FindingChanges | None = None
 ) -> dict[str, Any]:
+    """The diff as JSON. Its keys are a contract (operators' scripts read them): add, never
+    rename (docs/guide/comparing.md)."""
+
     def change(ch: Change) -> dict[str, Any]:
         return {"kind": ch.kind, "role": ch.role, "name": ch.name, "a": _clean(ch.a),
                 "b": _clean(ch.b), "scale": ch.scale, "change": _clean(ch.change),
                 "low": _clean(ch.low), "high": _clean(ch.high), "significant": ch.significant,
-                "p_adjusted": _clean(ch.p_adjusted), "note": ch.note}  # fmt: skip
+                "p_adjusted": _clean(ch.p_adjusted), "note": ch.note,
+                "untested_side_wide": side_wide(ch), "words": change_words(ch)}  # fmt: skip
 
     def load(w: Workload) -> dict[str, Any]:
         return {"windows": w.windows, "units": w.units, "seconds": w.seconds,
@@ -213,8 +183,11 @@ def to_json(
         "fingerprint": [{"field": f.field, "a": f.a, "b": f.b} for f in c.fingerprint],
         "caveats": caveats(c),
         "workload_differs": c.mix_differs,
-        "method": {"alpha": c.alpha, "tested": c.tested, "intervals": "simultaneous (Bonferroni), "
-                   "Welch t over py-spy segments, ratio-estimator variances"},
+        "method": {"alpha": c.alpha, "tested": c.tested, "intervals": "simultaneous "
+                   "(Bonferroni), Welch t over py-spy segments (shares) or windows (CPU, "
+                   "traffic, latencies), ratio-estimator variances; a difference of shares: "
+                   "Newcombe's hybrid score interval on Wilson intervals at each side's "
+                   "effective sample size; a ratio: on the log scale"},
         "shares": [change(ch) for ch in c.shares],
         "cores": [change(ch) for ch in c.cores],
         "costs": [change(ch) for ch in c.costs],
@@ -224,6 +197,12 @@ def to_json(
         "significant": [change(ch) for ch in c.significant],
         "regressions": [change(ch) for ch in fail],
         "findings": changes_json(found) if found is not None else None,
+        # The widest tested interval's half-width in each family: shares as `change` is (0.05:
+        # 5 pp), CPU and serving figures as a factor (1.8: x/÷1.8); null: none tested.
+        "detectable": {"shares": _clean(detectable(c.shares)),
+                       "cpu": _clean(detectable((*c.cores, *c.costs))),
+                       "serving": _clean(detectable(c.serving))},
+        "largest": [change(ch) for ch in largest(c)],
     }  # fmt: skip
 
 
