@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv vllm-env browser prometheus lint unit integration test test-like-ci demo bench bench-continuous bench-pyspy bench-trend bench-fleet bench-upload soak noise freeze-check secrets-check discover-check install-sizes record-diff matrix validate-deploy schema dashboard clean
+.PHONY: venv vllm-env browser prometheus lint unit integration test test-like-ci demo bench bench-continuous bench-pyspy bench-trend bench-fleet bench-upload soak noise freeze-check secrets-check discover-check install-sizes record-samples record-diff matrix validate-deploy schema dashboard clean
 
 venv: $(STAMP)
 
@@ -65,6 +65,11 @@ prometheus:
 # (tests/fixtures/discover/) is checked by the unit tests.
 discover-check: vllm-env
 	$(BIN)/python -m devtools.discover_check
+
+# The recordings `vllm-sidecar samples` ships (sidecar/samples/): a real vLLM under steady,
+# prefill-heavy and KV-starved load, a baseline and a stall (about 15 min; holds the live lock).
+record-samples: vllm-env
+	$(BIN)/python -m devtools.record_samples
 
 # The installed size of the core package and of each extra (README.md, "Install"): a wheel of
 # this checkout in fresh venvs; the record is checked against the README by the tests.

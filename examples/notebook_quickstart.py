@@ -5,7 +5,8 @@ report, saved and read back, and the saved folder read as a store.
     python examples/notebook_quickstart.py --discover
 
 Each block is what a notebook cell would hold. CI runs this file against the real vLLM CPU
-server (tests/integration/test_pyapi_live.py) and checks what it prints.
+server (tests/integration/test_pyapi_live.py) and checks what it prints. Without a vLLM at hand,
+examples/quickstart.ipynb walks the same interface over the recorded samples the package ships.
 """
 
 from __future__ import annotations

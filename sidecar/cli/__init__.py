@@ -23,6 +23,7 @@ from sidecar.cli.export import export
 from sidecar.cli.flamegraph import flamegraph
 from sidecar.cli.report import report
 from sidecar.cli.run import run
+from sidecar.cli.samples import samples
 from sidecar.cli.snapshot import snapshot
 from sidecar.cli.trend import trend
 from sidecar.cli.trigger import trigger
@@ -37,7 +38,7 @@ def cli() -> None:
 
 
 for _command in (classify, rules_group, snapshot, report, diff, flamegraph, trend, aggregate,
-                 export, run, doctor, trigger, config_group):  # fmt: skip
+                 export, run, doctor, trigger, config_group, samples):  # fmt: skip
     cli.add_command(_command)
 attach(cli)  # examples and exit codes in each command's --help (sidecar/cli/epilogs.py)
 

@@ -174,6 +174,14 @@ EPILOGS: dict[str, str] = {
         ("vllm-sidecar rules suggest ./snapshots/20261120T060000Z",),
         InputError,
     ),
+    "samples": epilog(
+        (
+            "vllm-sidecar samples ./samples",
+            "vllm-sidecar samples --force --format json ./samples | jq .next",
+        ),
+        OutputError,
+        InputError,
+    ),
     "config": epilog(
         ("vllm-sidecar config example -o /etc/vllm-sidecar/sidecar.yaml",),
         OutputError,
@@ -191,6 +199,7 @@ GROUP_EPILOG = epilog(
         "vllm-sidecar doctor --discover",
         "vllm-sidecar snapshot --discover --out ./snapshots",
         "vllm-sidecar report ./snapshots/20261120T060000Z",
+        "vllm-sidecar samples ./samples      # recorded snapshots to try it without vLLM",
         "vllm-sidecar COMMAND -h",
     ),
     ExitStatus.CHECKS_FAILED,

@@ -124,6 +124,18 @@ def test_core_install_runs_the_daemon_report_and_doctor(
     assert by_name["target"]["status"] == "ok", by_name["target"]
 
 
+def test_core_install_writes_its_samples_and_reads_them(venv: Path, tmp_path: Path) -> None:
+    """Try it without vLLM: the recordings shipped as package data, then report and
+    flamegraph on them (the core install has both)."""
+    cli = venv / "bin/vllm-sidecar"
+    sh(cli, "samples", tmp_path / "samples", cwd=tmp_path)
+    text = sh(cli, "report", tmp_path / "samples", cwd=tmp_path).stdout
+    assert "[Profile] Findings:" in text and "kv-cache-exhausted" in text
+    latest = sorted((tmp_path / "samples").glob("*/2*Z"))[-1]
+    flame = sh(cli, "flamegraph", latest, "-o", tmp_path / "flame", cwd=tmp_path)
+    assert (tmp_path / "flame.svg").is_file(), flame.stdout
+
+
 @pytest.fixture(scope="module")
 def refused_diff(venv: Path, store: Path) -> subprocess.CompletedProcess[str]:
     """`diff` in the core install, before any extra is installed (tests may run in any order)."""
@@ -171,3 +183,5 @@ def test_target_install_finds_its_package_data(
     phases = sh(python, "-m", "sidecar.cli", "config", "example", "--which", "phases",
                 cwd=tmp_path, env=env).stdout  # fmt: skip
     assert phases.startswith("# Phase rules")
+    sh(python, "-m", "sidecar.cli", "samples", tmp_path / "samples", cwd=tmp_path, env=env)
+    assert (tmp_path / "samples" / "README.md").is_file()
