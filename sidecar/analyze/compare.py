@@ -4,9 +4,13 @@ difference with a simultaneous 95 % interval. Pure functions over `SnapshotSumma
 
 The method (README, "Comparing snapshots"):
 - Units. Consecutive samples of a thread are correlated and windows differ in load, so the
-  samples are not the units: each py-spy segment of a window is (`sampling.blocks`, 10 s by
-  default), with its own role x phase counts, CPU seconds per role and vLLM's token counts. A
-  summary written before schema 3 is one unit.
+  samples are not the units. For the phase shares, each time slice of a window is
+  (`sampling.unit_s`, 2 s by default, schema 7: py-spy's speedscope output keeps the samples'
+  order), long enough that neighbouring slices are nearly uncorrelated on the real server
+  (sidecar/analyze/slices.py): a 20 s window is ten units. For CPU, costs and rates, and for
+  the shares of a window written before schema 7, each py-spy segment of a window is
+  (`sampling.blocks`), with its own role x phase counts, CPU seconds per role and vLLM's token
+  counts. A summary written before schema 3 is one unit.
 - Estimates. Every figure is a ratio of sums over a side's units (a share: phase samples over
   role samples; a cost: CPU seconds over generated tokens; a rate: tokens over seconds), and its
   variance is the ratio estimator's, from the spread of the units around it (the cluster-sample
@@ -20,6 +24,10 @@ The method (README, "Comparing snapshots"):
   sample sizes (sidecar/analyze/intervals.py: within [-1, 1], each share within [0, 1]), a
   ratio is Welch's interval of the log-ratio taken back (above 0). Checked on recorded real
   windows (tests/fixtures/diff).
+- History. Where a side has one window (CPU, costs, rates and latencies then have no spread of
+  their own), they are tested against how much each moves between the deployment's other
+  windows of the same fingerprint at a comparable load, when there are enough of them
+  (sidecar/analyze/history.py), in the same family; else they are shown, not tested.
 """
 
 from __future__ import annotations
@@ -27,12 +35,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from scipy import stats
-
-from sidecar.analyze.intervals import effective_n, newcombe, newcombe_p
+from sidecar.analyze.intervals import effective_n, newcombe, newcombe_p, t_ppf, t_sf
 from sidecar.records import Phase
 from sidecar.records.summary import Fingerprint, SnapshotSummary
+
+if TYPE_CHECKING:  # history.py builds on this module; compare() only reads what it is given
+    from sidecar.analyze.history import History
 
 ALPHA = 0.05  # family-wise: over all the comparisons one diff tests
 # Phases where a thread waits: CPU seconds are split over the others (a cost estimate).
@@ -95,6 +106,23 @@ def units_of(summary: SnapshotSummary) -> tuple[Unit, ...]:
                  summary.name),)  # fmt: skip
 
 
+def share_units_of(summary: SnapshotSummary) -> tuple[Unit, ...]:
+    """The units of the phase shares: each segment's time slices (schema 7: `unit_s` seconds
+    each, `parts`) where every segment kept them, else the segments (`units_of`). The slices'
+    length is chosen so that they are nearly uncorrelated (README, "Comparing snapshots"),
+    which makes one 20 s window ten units instead of two."""
+    blocks = [b for b in summary.sampling.blocks if b.samples > 0]
+    unit_s = summary.sampling.unit_s
+    if not blocks or unit_s is None or not all(b.parts for b in blocks):
+        return units_of(summary)
+    return tuple(
+        Unit(part, {}, None, None, None, unit_s, summary.name)
+        for b in blocks
+        for part in b.parts
+        if any(part.values())
+    )
+
+
 # ---------------------------------------------------------------------------------- estimates
 
 
@@ -137,6 +165,9 @@ class Change:
     significant: bool = False
     note: str | None = None
     p_adjusted: float | None = None  # Bonferroni-adjusted two-sided p (significant: < alpha)
+    # Tested against the spread between this many other windows of the deployment (history);
+    # None: against the sides' own units, or not tested.
+    history_windows: int | None = None
     # Internal: the test statistic's parts, filled before the family's size is known.
     estimate: float | None = field(default=None, repr=False, compare=False)
     se: float | None = field(default=None, repr=False, compare=False)
@@ -187,7 +218,8 @@ def _welch(a: Ratio, b: Ratio, log: bool) -> tuple[float, float, float] | str:
     else:
         estimate = b.value - a.value
     se2 = va + vb
-    if se2 <= 0:
+    # Units that agree exactly leave only rounding in the variance (1e-33, say): no spread.
+    if math.sqrt(max(se2, 0.0)) <= 1e-9 * max(1.0, abs(estimate)):
         return "no spread between units"
     df = se2**2 / (va**2 / (a.n - 1) + vb**2 / (b.n - 1))
     return estimate, math.sqrt(se2), df
@@ -215,7 +247,7 @@ def simultaneous(changes: list[Change], alpha: float) -> list[Change]:
         if c.se is None or c.estimate is None or c.df is None:
             out.append(c)
             continue
-        t = float(stats.t.ppf(1 - alpha / (2 * m), c.df))
+        t = t_ppf(1 - alpha / (2 * m), c.df)
         if c.score is not None:
             lo, hi = newcombe(*c.score, t)
             significant = lo > 0 or hi < 0
@@ -228,7 +260,7 @@ def simultaneous(changes: list[Change], alpha: float) -> list[Change]:
             significant = lo > 1 or hi < 1
         else:
             significant = lo > 0 or hi < 0
-        p = min(1.0, m * 2 * float(stats.t.sf(abs(c.estimate) / c.se, c.df)))
+        p = min(1.0, m * 2 * t_sf(abs(c.estimate) / c.se, c.df))
         out.append(replace(c, low=lo, high=hi, significant=significant, p_adjusted=p))
     return out
 
@@ -250,10 +282,18 @@ class Side:
 
     label: str
     summaries: tuple[SnapshotSummary, ...]
+    # The snapshot folders its windows were read from (where the loader looks for the
+    # deployment's history); empty: given in memory.
+    folders: tuple[Path, ...] = ()
 
     @property
     def units(self) -> tuple[Unit, ...]:
         return tuple(u for s in self.summaries for u in units_of(s))
+
+    @property
+    def share_units(self) -> tuple[Unit, ...]:
+        """The phase shares' units: time slices where the windows kept them (schema 7)."""
+        return tuple(u for s in self.summaries for u in share_units_of(s))
 
     @property
     def window_units(self) -> tuple[Unit, ...]:
@@ -386,6 +426,14 @@ class Comparison:
     # The operator's custom metrics (schema 4), one value a window, tested as a family of
     # their own (their m apart from `tested`): they do not move the diff's verdict or gate.
     custom: tuple[Change, ...] = ()
+    # The deployment's history a one-window side was tested against (sidecar/analyze/history.py);
+    # None: none was given (the Python API's default).
+    history: History | None = None
+
+    @property
+    def history_tested(self) -> tuple[Change, ...]:
+        """The changes tested against the deployment's history."""
+        return tuple(c for c in self.family if c.history_windows is not None)
 
     @property
     def significant(self) -> tuple[Change, ...]:
@@ -415,7 +463,10 @@ class Comparison:
         return (*self.shares, *self.cores, *self.costs, *self.serving)
 
 
-def compare(a: Side, b: Side, alpha: float = ALPHA) -> Comparison:
+def compare(a: Side, b: Side, alpha: float = ALPHA, history: History | None = None) -> Comparison:
+    """A against B. `history` (sidecar.analyze.history.history_for): the deployment's other
+    windows; where a side has one window, CPU, costs, rates and latencies are tested against
+    their spread (else shown, not tested)."""
     ua, ub = a.units, b.units
     # CPU use and traffic vary between windows far more than between the segments of one
     # (on steady load here: a role's CPU by up to 2x from one window to the next), so for them
@@ -424,13 +475,15 @@ def compare(a: Side, b: Side, alpha: float = ALPHA) -> Comparison:
     by_window = len(wa) >= 2 and len(wb) >= 2
     ca, cb = (wa, wb) if by_window else (ua, ub)
     parts = [
-        _share_changes(ua, ub),
+        _share_changes(a.share_units, b.share_units),
         _untested_unless(by_window, _cpu_changes("cores", ca, cb, lambda u: u.span_s)),
         _untested_unless(
             by_window, _cpu_changes("cost", ca, cb, lambda u: _kilo(u.generation_tokens))
         ),
         _untested_unless(by_window, _rate_changes(ca, cb)) + _latency_changes(a, b),
     ]
+    if history is not None and not by_window:
+        parts[1:] = [[against_history(c, history, a, b) for c in part] for part in parts[1:]]
     tested = iter(simultaneous([c for part in parts for c in part], alpha))
     shares, cores, costs, serving = (tuple(next(tested) for _ in part) for part in parts)
     per_request = _cpu_changes("per_request", ca, cb, lambda u: u.requests)
@@ -451,7 +504,55 @@ def compare(a: Side, b: Side, alpha: float = ALPHA) -> Comparison:
         tested=sum(c.tested for c in (*shares, *cores, *costs, *serving)),
         alpha=alpha,
         custom=tuple(simultaneous(_custom_changes(a, b), alpha)),
+        history=history,
     )
+
+
+def against_history(ch: Change, history: History, a: Side, b: Side) -> Change:
+    """A figure untested for want of a second window on a side, tested against the history's
+    spread instead: log B/A, SE^2 = s^2 (1/n_a + 1/n_b), the pooled df (history.py says why).
+    Too little history: still untested, the note saying how much would test it. (With one
+    window on a side, what the segments' spread said (one unit, no spread) does not matter.)"""
+    if ch.tested or ch.a is None or ch.b is None:
+        return ch  # not measured on both sides: its note says so
+    if not history.enough:
+        if not (ch.note or "").startswith(ONE_WINDOW_NOTE):
+            return ch
+        return replace(ch, note=f"{ONE_WINDOW_NOTE}: not tested; {history.shortfall()}")
+    if ch.change is None or ch.change <= 0:
+        return replace(ch, note="zero on a side")
+    sides = [s.summaries for s in (a, b) if len(s.summaries) >= 2]
+    spread = history.spread(lambda s: window_figure(s, ch), sides)
+    if spread is None:
+        return replace(ch, note=f"measured in too few of the history's {history.windows} "
+                                "windows to test")  # fmt: skip
+    # 1/n a side, each window stretched where it is shorter than the history's (history.py)
+    terms = [sum(map(history.stretch, s.summaries)) / len(s.summaries) ** 2 for s in (a, b)]
+    se = math.sqrt(spread.var * sum(terms))
+    if se <= 0:
+        return replace(ch, note="no spread between the history's windows")
+    return replace(ch, estimate=math.log(ch.change), se=se, df=spread.df, note=None,
+                   history_windows=spread.windows)  # fmt: skip
+
+
+def window_figure(s: SnapshotSummary, ch: Change) -> float | None:
+    """The figure `ch` compares, in one window: a role's (phase's) cores or CPU seconds per 1k
+    generated tokens, a rate, or a window reading (latency, queue, ...)."""
+    if ch.kind == "serving":
+        rate = dict(RATES).get(ch.name)
+        if rate is not None:
+            return _rate([merge(units_of(s))], rate).value
+        reading = dict(LATENCIES).get(ch.name)
+        return None if reading is None else getattr(s.serving, reading)
+    per: dict[str, Callable[[Unit], float | None]] = {
+        "cores": lambda u: u.span_s,
+        "cost": lambda u: _kilo(u.generation_tokens),
+    }
+    if ch.kind not in per or ch.role is None:
+        return None
+    u = merge(units_of(s))
+    y, x = _phase_cpu(u, ch.role, None if ch.name == "all" else ch.name), per[ch.kind](u)
+    return y / x if y is not None and x else None
 
 
 def _custom_changes(a: Side, b: Side) -> list[Change]:
@@ -473,6 +574,7 @@ def _custom_changes(a: Side, b: Side) -> list[Change]:
     return out
 
 
+ONE_WINDOW_NOTE = "one window on a side"
 ONE_WINDOW = (
     "one window on a side: CPU and traffic vary between windows more than within one; "
     "compare two windows or more a side (a time range) to test"
@@ -667,9 +769,10 @@ def windows_change(
 
 def regressions(comparison: Comparison, threshold: float) -> tuple[Change, ...]:
     """What `--fail-on` fails on: a significant rise of a workload-normalised CPU cost, or of a
-    latency tested over windows, by more than `threshold` (0.10: 10 %). Nothing when the two
-    sides served different work (the token mix moved): a cost per token and a latency then
-    compare unlike requests (longer prompts take longer to a first token), not the server."""
+    latency tested over windows (or against the deployment's history), by more than
+    `threshold` (0.10: 10 %). Nothing when the two sides served different work (the token mix
+    moved): a cost per token and a latency then compare unlike requests (longer prompts take
+    longer to a first token), not the server."""
     if comparison.mix_differs:
         return ()
     gated = (*comparison.costs, *(c for c in comparison.serving if c.name in LATENCY_NAMES))

@@ -34,15 +34,23 @@ from sidecar.tables import json_text
     "per 1,000 generated tokens, or a latency tested over windows).",
 )
 @click.option("--advice", type=click.Path(path_type=Path), help=HELP["advice"])
+@click.option(
+    "--no-history",
+    is_flag=True,
+    help="Do not test a one-window side against the deployment's other windows (same "
+    "fingerprint, comparable load): its CPU, traffic and latencies are then not tested, and "
+    "the diff depends on A and B alone.",
+)
 def diff(sides: tuple[str, ...], baseline_of: Path | None, since: str | None,
          until: str | None, fmt: str, fail_on: str | None,
-         advice: Path | None) -> ExitStatus:  # fmt: skip
+         advice: Path | None, no_history: bool) -> ExitStatus:  # fmt: skip
     """What changed from A to B, and is it real? A and B: snapshot folders, or output folders
     narrowed to a time range (PATH@SINCE..UNTIL, or --since/--until)."""
     from sidecar.advice.findings import finding_changes
     from sidecar.advice.rules import load_advice
     from sidecar.analyze.compare import compare
-    from sidecar.diff.sides import Range, baseline_sides, now, parse_time, side_from
+    from sidecar.analyze.history import NO_HISTORY
+    from sidecar.diff.sides import Range, baseline_sides, history_of, now, parse_time, side_from
     from sidecar.diff.text import gate, render_text
     from sidecar.diff.text import to_json as diff_json
 
@@ -67,7 +75,7 @@ def diff(sides: tuple[str, ...], baseline_of: Path | None, since: str | None,
                         parse_time(until, t) if until else None)  # fmt: skip
         a, b = (side_from(spec, default, t, label) for spec, label in zip(sides, "AB", strict=True))
     rules = load_advice(advice) if advice is not None else None
-    comparison = compare(a, b)
+    comparison = compare(a, b, history=NO_HISTORY if no_history else history_of(a, b))
     failed = gate(comparison, threshold)
     found = finding_changes(a.summaries, b.summaries, rules)
     if fmt == "json":

@@ -30,11 +30,16 @@ import click
 def flamegraph(
     snapshot_dir: Path, other: Path | None, out: str | None, min_width: float, idle: bool
 ) -> None:
-    """Draw a snapshot's stacks as a flame graph (SVG) and a speedscope profile (JSON)."""
+    """Draw a snapshot's stacks as a flame graph (SVG) and a speedscope profile (JSON).
+    SNAPSHOT (and OTHER) may be an output, host or deployment folder: its latest snapshot."""
     from importlib.metadata import version
 
+    from sidecar.cli.options import snapshot_of
     from sidecar.flame.files import draw, draw_diff
 
+    # An output, host or deployment folder stands for its latest snapshot, as in `report`.
+    snapshot_dir = snapshot_of(snapshot_dir, None)[0]
+    other = None if other is None else snapshot_of(other, None)[0]
     if other is not None:
         paths = draw_diff(snapshot_dir, other, out, min_width / 100, idle)
         click.echo("(no speedscope file for a differential graph: speedscope cannot show one; "

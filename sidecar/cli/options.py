@@ -133,3 +133,21 @@ def when(text: str, flag: str, now: float) -> datetime:
         return datetime.fromtimestamp(units.moment(text, now), tz=UTC)
     except units.Unfit as exc:
         raise ConfigError(f"{flag} {text!r} {exc}") from None
+
+
+def snapshot_of(path: Path, host: str | None) -> tuple[Path, str | None]:
+    """The snapshot folder PATH names: itself, or the latest snapshot of the output, host or
+    deployment folder it is (HOST picks one where it holds several); with the folder chosen,
+    for the header (None: PATH itself)."""
+    from sidecar.report.page_inputs import latest_snapshot
+    from sidecar.store.layout import OutputTree
+    from sidecar.store.summary_io import SUMMARY_NAME
+
+    tree = OutputTree(path)
+    if (path.is_dir() and not (path / SUMMARY_NAME).is_file()
+            and (host is not None or tree.snapshots() or tree.hosts())):  # fmt: skip
+        chosen = latest_snapshot(tree.host_folder(host))
+        return chosen, str(chosen)
+    if host is not None:
+        raise ConfigError("--host goes with an output folder, not a snapshot folder")
+    return path, None

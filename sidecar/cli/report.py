@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from sidecar.cli.options import HELP
+from sidecar.cli.options import HELP, snapshot_of
 from sidecar.errors import ConfigError
 from sidecar.tables import json_text
 
@@ -53,30 +53,12 @@ def report(
         return
     if out is not None:
         raise ConfigError("--out goes with --format html")
-    folder, source = _snapshot_of(snapshot_dir, host)
+    folder, source = snapshot_of(snapshot_dir, host)
     summary = read_summary(folder)
     if fmt == "json":
         click.echo(json_text(to_jsonable(report_data(summary, rules, source)), indent=2))
     else:
         click.echo(render_report(summary, rules, source))
-
-
-def _snapshot_of(path: Path, host: str | None) -> tuple[Path, str | None]:
-    """The snapshot folder PATH names: itself, or the latest snapshot of the output, host or
-    deployment folder it is (HOST picks one where it holds several); with the folder chosen,
-    for the header (None: PATH itself)."""
-    from sidecar.report.page_inputs import latest_snapshot
-    from sidecar.store.layout import OutputTree
-    from sidecar.store.summary_io import SUMMARY_NAME
-
-    tree = OutputTree(path)
-    if (path.is_dir() and not (path / SUMMARY_NAME).is_file()
-            and (host is not None or tree.snapshots() or tree.hosts())):  # fmt: skip
-        chosen = latest_snapshot(tree.host_folder(host))
-        return chosen, str(chosen)
-    if host is not None:
-        raise ConfigError("--host goes with an output folder, not a snapshot folder")
-    return path, None
 
 
 def _report_page(

@@ -41,18 +41,24 @@ from sidecar.tables import json_text
 )
 def trend(out: Path, host: str | None, since: str, until: str | None, kind: str,
           series: tuple[str, ...], plot: Path | None, fmt: str) -> None:  # fmt: skip
-    """Phase shares and serving figures over many snapshots, with their level changes."""
+    """Phase shares and serving figures over many snapshots, with their level changes: where
+    diff of the windows before against the windows after calls the change significant."""
     import time as _time
 
     from sidecar.trend.series import TrendOptions, compute_trend, render_text, trend_json
-    from sidecar.trend.source import folder_label, host_folder, load_table
+    from sidecar.trend.source import folder_label, host_folder, load_table, summary_reader
 
     end = when(until, "--until", now=_time.time()) if until else None
     start = when(since, "--since", now=end.timestamp() if end else _time.time())
     folder = host_folder(out, host)
-    table = load_table(folder, note=lambda line: click.echo(line, err=True))
+
+    def note(line: str) -> None:
+        click.echo(line, err=True)
+
+    table = load_table(folder, note=note)
     options = TrendOptions(start=start, end=end, kind=kind, series=series)
-    result = compute_trend(table.to_pandas(), options, host=folder_label(folder))
+    result = compute_trend(table.to_pandas(), options, host=folder_label(folder),
+                           windows=summary_reader(folder, note))  # fmt: skip
     if plot is not None:
         from sidecar.trend.plot import save_png, trend_figure
 

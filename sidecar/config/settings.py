@@ -72,6 +72,13 @@ class SamplingConfig:
     # py-spy runs in segments of this length (the rate adapts between them); each segment's
     # counts are kept apart, the units `diff` estimates its intervals from (README, Comparing).
     segment_s: float = field(default=10.0, metadata=unit(u.SECONDS, positive=True))
+    # Each segment is cut into time slices this long (py-spy's speedscope output keeps the
+    # samples' order): the units of the phase shares in `diff`, chosen from samples recorded in
+    # order on a real server (sidecar/analyze/slices.py). A long window's slices are longer, at
+    # most MAX_SLICES a window. None: the segments are the units (py-spy's raw output).
+    unit_s: float | None = field(
+        default=2.0, metadata=unit(u.SECONDS, optional=True, positive=True)
+    )
 
 
 @dataclass(frozen=True, slots=True)

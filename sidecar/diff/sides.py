@@ -3,25 +3,38 @@
 A side is a snapshot folder, or a folder of them (a host's folder or the output root) narrowed
 to a time range: `PATH@SINCE..UNTIL`, or `--since/--until` for every folder side without one.
 `--baseline OUT` compares the latest baseline with the latest snapshot under OUT.
+
+The deployment's history (sidecar/analyze/history.py) is read from the folders that hold the
+compared snapshot folders: their other snapshots and baselines, the nearest in time first.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from sidecar.analyze.compare import Side
+from sidecar.analyze.history import History, history_for
 from sidecar.config import units
 from sidecar.errors import ConfigError, InputError
 from sidecar.records.summary import SnapshotSummary
-from sidecar.store.layout import OutputTree, SnapshotKind
+from sidecar.store.layout import (
+    OutputTree,
+    SnapshotFolder,
+    SnapshotKind,
+    snapshot_folder,
+    snapshot_names,
+)
 from sidecar.store.summary_io import SUMMARY_NAME, read_summary
 
 log = logging.getLogger("vllm_sidecar")
+# The history windows read at most, the nearest in time to the compared ones: a deployment
+# keeps thousands, and the spread of the nearest few dozen is the one that matters.
+MAX_HISTORY = 100
 
 
 # ---------------------------------------------------------------------------------- sides
@@ -72,15 +85,22 @@ def side_from(spec: str, default: Range, now: float, label: str) -> Side:
             f"{label}: {path} does not exist: name a snapshot folder or an output folder"
         )
     if (path / SUMMARY_NAME).is_file() and not at:
-        return Side(f"{label}: {path.name}", (read_summary(path),))
+        return Side(f"{label}: {path.name}", (read_summary(path),), (path,))
     window = parse_range(range_text, now) if at else default
-    found = [f.path for f in OutputTree(path).snapshots() if window.holds(f.started)]
+    inside = [f for f in OutputTree(path).snapshots() if window.holds(f.started)]
+    # An hourly baseline holds its hour's snapshots' samples again: with both, the baselines
+    # are left out, or each sample would count twice (as `trend`'s sides do).
+    regular = [f for f in inside if f.kind is not SnapshotKind.BASELINE]
+    found = [f.path for f in (regular or inside)]
+    left_out = len(inside) - len(found)
     if not found:
         raise InputError(
             f"{label}: no snapshot folders under {path} from {window.words()}: widen the range "
             "(--since/--until or PATH@SINCE..UNTIL), or name a snapshot folder"
         )
-    return Side(f"{label}: {len(found)} windows under {path}, {window.words()}", _read_all(found))
+    note = f" ({left_out} baselines left out: they repeat these windows)" if left_out else ""
+    return Side(f"{label}: {len(found)} windows under {path}, {window.words()}{note}",
+                _read_all(found), tuple(found))  # fmt: skip
 
 
 def baseline_sides(root: Path) -> tuple[Side, Side]:
@@ -94,8 +114,8 @@ def baseline_sides(root: Path) -> tuple[Side, Side]:
             f"baselines, {len(snapshots)} snapshots): let `vllm-sidecar run` write both first"
         )
     a, b = baselines[-1], snapshots[-1]
-    return (Side(f"A: baseline {a.name}", (read_summary(a.path),)),
-            Side(f"B: snapshot {b.name}", (read_summary(b.path),)))  # fmt: skip
+    return (Side(f"A: baseline {a.name}", (read_summary(a.path),), (a.path,)),
+            Side(f"B: snapshot {b.name}", (read_summary(b.path),), (b.path,)))  # fmt: skip
 
 
 def _read_all(folders: Iterable[Path]) -> tuple[SnapshotSummary, ...]:
@@ -108,6 +128,49 @@ def _read_all(folders: Iterable[Path]) -> tuple[SnapshotSummary, ...]:
     if not out:
         raise InputError("none of the snapshot folders could be read (see the warnings above)")
     return tuple(out)
+
+
+def history_of(
+    a: Side,
+    b: Side,
+    read: Callable[[Path], SnapshotSummary] = read_summary,
+    limit: int = MAX_HISTORY,
+) -> History | None:
+    """The deployment's history for A against B: the other snapshot folders (snapshots and
+    baselines) in the folders holding the sides' snapshot folders, the `limit` nearest in time
+    to the compared windows, read and then chosen by sidecar.analyze.history.history_for. A
+    side given in memory (no folders) has none to offer. None when each side has two windows
+    or more: their own spread tests them, and no history is read."""
+    if len(a.summaries) >= 2 and len(b.summaries) >= 2:
+        return None
+    compared = {p.resolve() for side in (a, b) for p in side.folders}
+    if not compared:
+        return History((), 0, 0, 0)
+    found: list[SnapshotFolder] = []
+    for home in sorted({p.parent for p in compared}):
+        try:
+            names = snapshot_names(home)
+        except OSError as exc:
+            log.warning("no history read from %s: %s", home, exc)
+            continue
+        folders = (snapshot_folder(home / n) for n in sorted(names))
+        found += [f for f in folders if f is not None and f.path not in compared]
+    starts = [f.started for p in compared if (f := snapshot_folder(p)) is not None]
+    centre = sum(starts) / len(starts) if starts else 0.0
+    nearest = sorted(found, key=lambda f: (abs(f.started - centre), f.name))[:limit]
+    return history_for(a, b, _read_history(nearest, read))
+
+
+def _read_history(
+    folders: Iterable[SnapshotFolder], read: Callable[[Path], SnapshotSummary]
+) -> list[SnapshotSummary]:
+    out = []
+    for f in folders:
+        try:
+            out.append(read(f.path))
+        except (InputError, OSError) as exc:  # an incomplete or garbled window is no history
+            log.debug("history: skipped %s: %s", f.path, exc)
+    return out
 
 
 def now() -> float:

@@ -8,7 +8,15 @@ from collections.abc import Callable
 from typing import Any
 
 from sidecar.advice.findings import FindingChanges, changes_json, render_changes
-from sidecar.analyze.compare import Change, Comparison, Workload, detectable, regressions
+from sidecar.analyze.compare import (
+    MIX_SHARE,
+    Change,
+    Comparison,
+    Workload,
+    detectable,
+    regressions,
+)
+from sidecar.analyze.history import LOAD_RATIO, MIN_HISTORY
 from sidecar.diff.verdict import (
     caveats,
     change_words,
@@ -164,7 +172,8 @@ def to_json(
                 "b": _clean(ch.b), "scale": ch.scale, "change": _clean(ch.change),
                 "low": _clean(ch.low), "high": _clean(ch.high), "significant": ch.significant,
                 "p_adjusted": _clean(ch.p_adjusted), "note": ch.note,
-                "untested_side_wide": side_wide(ch), "words": change_words(ch)}  # fmt: skip
+                "untested_side_wide": side_wide(ch), "words": change_words(ch),
+                "history_windows": ch.history_windows}  # fmt: skip
 
     def load(w: Workload) -> dict[str, Any]:
         return {"windows": w.windows, "units": w.units, "seconds": w.seconds,
@@ -187,7 +196,8 @@ def to_json(
                    "(Bonferroni), Welch t over py-spy segments (shares) or windows (CPU, "
                    "traffic, latencies), ratio-estimator variances; a difference of shares: "
                    "Newcombe's hybrid score interval on Wilson intervals at each side's "
-                   "effective sample size; a ratio: on the log scale"},
+                   "effective sample size; a ratio: on the log scale",
+                   "history": HISTORY_METHOD},
         "shares": [change(ch) for ch in c.shares],
         "cores": [change(ch) for ch in c.cores],
         "costs": [change(ch) for ch in c.costs],
@@ -203,7 +213,34 @@ def to_json(
                        "cpu": _clean(detectable((*c.cores, *c.costs))),
                        "serving": _clean(detectable(c.serving))},
         "largest": [change(ch) for ch in largest(c)],
+        "history": history_json(c),
     }  # fmt: skip
+
+
+HISTORY_METHOD = (
+    "where a side has one window, CPU, traffic and latencies are tested against the pooled "
+    "between-window variance (log scale) of the deployment's other windows of the same "
+    f"fingerprint at a comparable load (requests/s within \u00d7/\u00f7{LOAD_RATIO:g}, prompt "
+    f"share of tokens within {100 * MIX_SHARE:.0f} points): SE^2 = s^2 (1/n_A + 1/n_B), a "
+    "window shorter than the history's median stretched by median / its length, df = "
+    "windows - groups, in the same Bonferroni family; untested below "
+    f"{MIN_HISTORY} windows' worth"
+)
+
+
+def history_json(c: Comparison) -> dict[str, Any] | None:
+    """What the deployment's history did for this diff; null: none was consulted (each side
+    had two windows or more, or the caller gave none)."""
+    h = c.history
+    if h is None:
+        return None
+    return {"consulted": not h.off, "windows": h.windows,
+            "groups": [[s.name for s in g] for g in h.groups], "needed": MIN_HISTORY,
+            "worth": h.depth, "enough": h.enough, "considered": h.considered,
+            "other_fingerprint": h.other_fingerprint, "other_load": h.other_load,
+            "overlapping": h.overlapping,
+            "tested": len(c.history_tested),
+            "words": h.words() if c.history_tested else h.shortfall()}  # fmt: skip
 
 
 def _clean(v: float | None) -> float | None:

@@ -250,12 +250,17 @@ def untested_by_side(c: Comparison) -> list[str]:
     """Why whole groups of figures went untested, each once, with what would test them."""
     found = _untested(c)
     out = []
+    few = _which(c, lambda side: len(side.summaries) < 2, "one window")
+    if c.history_tested and c.history is not None:
+        out.append(f"{few}: {_figures(c.history_tested)} are tested against "
+                   f"{c.history.words()} (they vary between windows more than within one, and "
+                   "a side of one window has no spread of its own)")  # fmt: skip
     if found[ONE_WINDOW_NOTE]:
-        few = _which(c, lambda side: len(side.summaries) < 2, "one window")
         out.append(f"{few}: {_figures(found[ONE_WINDOW_NOTE])} are shown but not tested (they "
                    "vary between windows more than within one, so the windows are their "
                    "units); compare two windows or more a side (a time range: "
-                   "PATH@SINCE..UNTIL, or --since/--until) to test them")  # fmt: skip
+                   "PATH@SINCE..UNTIL, or --since/--until) to test them"
+                   f"{_history_hint(c)}")  # fmt: skip
     if found[ONE_UNIT_NOTE]:
         few = _which(c, lambda side: len(side.units) < 2, "one unit")
         out.append(f"{few}: {_figures(found[ONE_UNIT_NOTE])} are shown but not tested (a "
@@ -263,6 +268,16 @@ def untested_by_side(c: Comparison) -> list[str]:
                    "test against); compare windows of several segments, or two windows or more "
                    "a side")  # fmt: skip
     return out
+
+
+def _history_hint(c: Comparison) -> str:
+    """What the deployment's history could not do for a one-window side, and what would let it."""
+    h = c.history
+    if h is None or h.enough:  # enough: what is left untested (custom metrics) it cannot test
+        return ""
+    if h.off:
+        return f"; {h.shortfall()}"
+    return f", or let the deployment's history grow: testing against it {h.shortfall()}"
 
 
 def _which(c: Comparison, few: Callable[[Side], bool], what: str) -> str:

@@ -23,6 +23,12 @@ Versions:
      time over the window from /proc/PID/task/TID/stat, and whether the two agree within the
      sampling error (sidecar.classify.groundtruth). Summaries of 1 to 4 read with none
      (threads = ()).
+  6  sampling.mode, the sidecar's own CPU, each process's requested and achieved rates, and a
+     triggered snapshot's `cause`.
+  7  sampling.blocks[].parts: each segment's role x phase counts cut into consecutive time
+     slices of `sampling.unit_s` seconds (from py-spy's ordered speedscope output), the units
+     a comparison of short windows estimates the variance of phase shares from. Summaries of 1
+     to 6 read with none (parts = (), unit_s = None): their segments stay the units.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ from sidecar.records.readings import (
     ServingFigures,
 )
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +118,9 @@ class SampleBlock:
     prompt_tokens: float | None = None
     requests: float | None = None  # finished
     span_s: float | None = None  # the seconds those readings cover
+    # Schema 7: `counts` cut into consecutive slices of the window's `unit_s` seconds, in order
+    # (their sum is `counts`); empty when py-spy's output kept no order (schema < 7, raw).
+    parts: tuple[Mapping[str, Mapping[str, int]], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +145,8 @@ class SamplingSection:
     mode: str | None = None
     self_cpu_s: float | None = None
     processes: tuple[ProcessSampling, ...] = ()
+    # Schema 7: the length of the time slices the blocks' `parts` hold (None: no parts).
+    unit_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,6 +58,8 @@ class Segment:
     wall_s: float
     counts: Mapping[StackSample, int]
     reading: LapReading | None = None
+    # `counts` in consecutive time slices of the window's `unit_s`, in order; () without.
+    parts: tuple[Mapping[StackSample, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,11 +92,14 @@ class Window:
     # Continuous mode: each process's py-spy over the window (requested vs achieved).
     per_process: tuple[ProcessOutcome, ...] = ()
     mode: SamplingMode = SamplingMode.WINDOWS
+    unit_s: float | None = None  # the slices' length where the segments kept `parts`
 
 
 def merge_windows(windows: list[Window]) -> Window:
     """Consecutive windows as one (a continuous hour's periods as its baseline): stacks and
-    counts added, segments kept in order, the first start, the worst lateness."""
+    counts added, segments kept in order, the first start, the worst lateness. The segments'
+    time slices are left out: a merged window (an hour's baseline) has segments enough to be
+    its own units, and its summary stays small."""
     first, last = windows[0], windows[-1]
     counts: Counter[StackSample] = Counter()
     for w in windows:
@@ -118,7 +123,7 @@ def merge_windows(windows: list[Window]) -> Window:
         warnings=warnings,
         behind_s=max(w.behind_s for w in windows),
         sampler_failure=next((w.sampler_failure for w in windows if w.sampler_failure), None),
-        blocks=tuple(b for w in windows for b in w.blocks),
+        blocks=tuple(replace(b, parts=()) for w in windows for b in w.blocks),
         attach_s=sum(w.attach_s for w in windows),
         elapsed_s=last.started_at + last.elapsed_s - first.started_at,
         self_cpu_s=sum(w.self_cpu_s for w in windows),

@@ -110,7 +110,7 @@ def trend_of(store: Path, folder: Path, note: Note) -> bytes | Missing:
     from sidecar.store.layout import parse_name
     from sidecar.trend.plot import png_bytes, trend_figure
     from sidecar.trend.series import TrendOptions, compute_trend
-    from sidecar.trend.source import load_table
+    from sidecar.trend.source import load_table, summary_reader
 
     named = parse_name(folder.name)
     end = datetime.fromtimestamp(named[1], UTC) if named else None
@@ -120,7 +120,9 @@ def trend_of(store: Path, folder: Path, note: Note) -> bytes | Missing:
         # Up to the snapshot itself: the table's time is its window's start, which the folder
         # name gives to the second (truncated).
         options = TrendOptions(start=start, end=None if end is None else end + timedelta(seconds=1))
-        result = compute_trend(table.to_pandas(), options, host=store.name)
+        # The level changes as `trend` reports them: each tested by diff on its windows.
+        windows = summary_reader(store, note)
+        result = compute_trend(table.to_pandas(), options, host=store.name, windows=windows)
     except InputError as exc:
         return Missing(f"No trend: {exc}")
     return png_bytes(trend_figure(result))
@@ -129,7 +131,7 @@ def trend_of(store: Path, folder: Path, note: Note) -> bytes | Missing:
 def diff_of(store: Path) -> DiffView | Missing:
     """The latest baseline against the latest snapshot, as `diff --baseline STORE` has it."""
     from sidecar.analyze.compare import compare
-    from sidecar.diff.sides import baseline_sides
+    from sidecar.diff.sides import baseline_sides, history_of
     from sidecar.diff.text import SIGNIFICANT_HEADERS, caveats, significant_rows, verdict
 
     folders = OutputTree(store).snapshots()
@@ -141,7 +143,7 @@ def diff_of(store: Path) -> DiffView | Missing:
             "every hour)"
         )
     a, b = baseline_sides(store)
-    c = compare(a, b)
+    c = compare(a, b, history=history_of(a, b))
     return DiffView(
         a=a.label,
         b=b.label,

@@ -20,12 +20,13 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Protocol
 
 from sidecar.errors import AttachError, SamplerError
+from sidecar.parsers.speedscope import SpeedscopeError, read_speedscope
 from sidecar.records.redact import redact_text
 from sidecar.records.window import ProcessOutcome
 
@@ -81,6 +82,9 @@ class RecordRequest:
     # Continuous mode: `duration_s` counts from py-spy's launch, its attach inside it, so that
     # a period's segments end on the wall clock's grid.
     from_launch: bool = False
+    # Cut the run into slices of this many seconds (py-spy's speedscope output keeps each
+    # thread's samples in order); None: `--format raw`, the run is one unit.
+    unit_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +103,8 @@ class RecordOutcome:
     attach_s: float = 0.0  # from launch until py-spy said it was sampling
     killed_after_s: float | None = None  # ignored SIGINT for this long, then SIGKILLed
     per_process: tuple[ProcessOutcome, ...] = ()  # continuous mode: each process's own
+    # With `unit_s`: `raw`'s samples per time slice, in order (stack line -> samples).
+    parts: tuple[Mapping[str, int], ...] = ()
 
 
 class PySpyRunner(Protocol):
@@ -134,6 +140,51 @@ class Exit:
     killed_after_s: float | None = None
 
 
+@dataclass(slots=True)
+class ShortNames:
+    """py-spy's short file names (sidecar/parsers/speedscope.py says which), looked up where
+    the target sees its files: /proc/PID/root, its mount namespace (a container's). Remembered:
+    a process's files do not move while it runs."""
+
+    stat: Callable[[str], object] = os.stat
+    known: dict[tuple[int, str], str] = field(default_factory=dict)
+    most: int = 50_000  # entries kept before the memory starts over
+
+    def of(self, pid: int) -> Callable[[str], str]:
+        return lambda file: self.short(pid, file)
+
+    def short(self, pid: int, file: str) -> str:
+        key = (pid, file)
+        if (found := self.known.get(key)) is not None:
+            return found
+        if len(self.known) >= self.most:
+            self.known.clear()
+        self.known[key] = shortened = self._shorten(pid, file)
+        return shortened
+
+    def _shorten(self, pid: int, file: str) -> str:
+        if not file.startswith("/"):
+            return file
+        root = f"/proc/{pid}/root"
+        if not self._exists(root, file):
+            if self._exists("", file):  # /proc/PID/root refused us: the same namespace, then
+                root = ""
+            else:
+                return file  # py-spy prints the full name of a file it cannot find
+        path = PurePosixPath(file)
+        top = path.parent
+        while top != top.parent and self._exists(root, str(top / "__init__.py")):
+            top = top.parent
+        return str(path.relative_to(top))
+
+    def _exists(self, root: str, path: str) -> bool:
+        try:
+            self.stat(root + path)
+        except OSError:
+            return False
+        return True
+
+
 @dataclass(frozen=True, slots=True)
 class SubprocessPySpy:
     """Runs the real py-spy binary. Stops it with SIGINT at the deadline, so py-spy writes out
@@ -146,6 +197,7 @@ class SubprocessPySpy:
     # attach took: the CLI tells the operator, since on a busy host that can take a while.
     on_sampling: Callable[[RecordRequest, float], None] | None = None
     calls: ProcessCalls = field(default_factory=ProcessCalls)
+    short_names: ShortNames = field(default_factory=ShortNames)
 
     @classmethod
     def find(cls, explicit: str | None = None) -> SubprocessPySpy:
@@ -232,10 +284,12 @@ class SubprocessPySpy:
             watch.join()
             output = redact_text(watch.text())
             # --subprocesses roots each stack in `process PID:"CMDLINE"`: no secrets either.
-            raw = redact_text(out.read_text(errors="replace")) if out.exists() else ""
+            text = out.read_text(errors="replace") if out.exists() else ""
+        raw, parts, output = self._read_output(request, text, output)
         counts = _COUNTS.search(output)
         return RecordOutcome(
             raw=raw,
+            parts=parts,
             returncode=ended.returncode,
             output=output,
             samples=int(counts[1]) if counts else None,
@@ -247,6 +301,21 @@ class SubprocessPySpy:
             behind_s=max((float(m) for m in _BEHIND.findall(output)), default=0.0),
             killed_after_s=ended.killed_after_s,
         )
+
+    def _read_output(
+        self, request: RecordRequest, text: str, output: str
+    ) -> tuple[str, tuple[Mapping[str, int], ...], str]:
+        """The run's collapsed stacks and, with `unit_s`, its slices; a speedscope file that
+        cannot be read loses its samples with py-spy's output saying why (the window warns)."""
+        if request.unit_s is None or not text:
+            return redact_text(text), (), output
+        try:
+            ordered = read_speedscope(text, whole_rate(request.rate_hz), request.unit_s,
+                                      self.short_names.of(request.pid))  # fmt: skip
+        except SpeedscopeError as exc:
+            return "", (), output + f"\nError: cannot read py-spy's speedscope output: {exc}\n"
+        parts = tuple({redact_text(k): n for k, n in p.items()} for p in ordered.parts)
+        return redact_text(ordered.raw), parts, output
 
     def _start(self, request: RecordRequest, out: Path) -> subprocess.Popen[bytes]:
         try:
@@ -276,7 +345,8 @@ class SubprocessPySpy:
         # A safety net: py-spy ends by itself shortly after the deadline even if the sidecar
         # is killed before it can send SIGINT (it would stay attached to vLLM otherwise).
         argv += ["--duration", str(math.ceil(r.duration_s) + 5)]
-        argv += ["--format", "raw", "--output", str(out), "--threads"]
+        fmt = "raw" if r.unit_s is None else "speedscope"
+        argv += ["--format", fmt, "--output", str(out), "--threads"]
         argv += ["--subprocesses"] * r.subprocesses + ["--idle"] * r.idle
         argv += ["--native"] * r.native + ([] if r.blocking else ["--nonblocking"])
         return argv
@@ -392,6 +462,14 @@ def merge_outcomes(
     process that exited meanwhile ends the segment only when every process is gone."""
     outs = [(p, results[p.pid]) for p in processes if p.pid in results]
     raw = "".join(_with_process(p, o.raw) for p, o in outs)
+    parts: list[dict[str, int]] = []
+    for p, o in outs:
+        for i, part in enumerate(o.parts):
+            while len(parts) <= i:
+                parts.append({})
+            for key, n in part.items():
+                mine = _process_head(p) + key if not key.startswith("process ") else key
+                parts[i][mine] = parts[i].get(mine, 0) + n
     failed = [o for _, o in outs if o.returncode != 0]
     worst = failed[0] if failed and len(failed) == len(outs) else None
     killed = [o.killed_after_s for _, o in outs if o.killed_after_s is not None]
@@ -409,6 +487,7 @@ def merge_outcomes(
         attach_s=max((o.attach_s for _, o in outs), default=0.0),
         killed_after_s=max(killed, default=None),
         per_process=tuple(_process_outcome(p, o, wall) for p, o in outs),
+        parts=tuple(parts) if all(o.parts or not o.raw for _, o in outs) else (),
     )
 
 
@@ -423,9 +502,13 @@ def _process_outcome(p: ProcessRate, o: RecordOutcome, segment_s: float) -> Proc
 def _with_process(p: ProcessRate, raw: str) -> str:
     """py-spy without --subprocesses leaves out the `process PID:"CMDLINE"` root frame that
     tells whose stack a line is: put it back, as --subprocesses writes it."""
-    head = f'process {p.pid}:"{p.title.replace(chr(34), chr(39))}";'
+    head = _process_head(p)
     lines = (ln for ln in raw.splitlines() if ln.strip())
     return "".join(ln + "\n" if ln.startswith("process ") else head + ln + "\n" for ln in lines)
+
+
+def _process_head(p: ProcessRate) -> str:
+    return f'process {p.pid}:"{p.title.replace(chr(34), chr(39))}";'
 
 
 def whole_rate(rate_hz: float) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -104,6 +104,9 @@ class Sampler:
     # Told each segment's outcome (continuous mode's planner: it reads the sidecar's own CPU
     # itself, over its horizon, so that the time between windows counts too).
     on_segment: Callable[[RecordOutcome], object] | None = None
+    # Each segment cut into slices of this many seconds, the units of the phase shares in a
+    # comparison (README, "Comparing snapshots"); None: the segments are.
+    unit_s: float | None = None
 
     def window(
         self, duration_s: float, stop: Callable[[], bool] = lambda: False, laps: Lap | None = None
@@ -132,7 +135,7 @@ class Sampler:
             failed = True
         mode = SamplingMode.WINDOWS if self.plan is None else SamplingMode.CONTINUOUS
         rate = sum(tally.rates) / len(tally.rates) if tally.rates else self.controller.rate_hz
-        return tally.window(started_at, elapsed, rate, reason, failed, mode)
+        return tally.window(started_at, elapsed, rate, reason, failed, mode, self.unit_s)
 
     def _next(
         self,
@@ -188,7 +191,7 @@ class Sampler:
         processes = self.plan() if self.plan is not None else ()
         request = RecordRequest(pid=self.pid, rate_hz=self.controller.rate_hz, duration_s=seconds,
                                 attach_grace_s=attach_grace_s, processes=processes,
-                                from_launch=bool(processes))  # fmt: skip
+                                from_launch=bool(processes), unit_s=self.unit_s)  # fmt: skip
         outcome = self.runner.record(request, stop)
         refused = outcome.returncode != 0 and outcome.killed_after_s is None
         if first and self.fail_fast and refused and not outcome.raw:
@@ -237,7 +240,7 @@ class _Tally:
         self.attach_max_s = max(self.attach_max_s, outcome.attach_s)
         self.warnings.extend(parsed.warnings[:5])
         self.per_process.extend(outcome.per_process)
-        return Segment(outcome.wall_s, dict(segment))
+        return Segment(outcome.wall_s, dict(segment), parts=_parts(outcome, parsed))
 
     def own_until(self, now_s: float) -> float:
         """The sidecar's own CPU since the last segment ended (`now_s`: its CPU so far)."""
@@ -253,6 +256,7 @@ class _Tally:
         reason: str | None,
         failed: bool,
         mode: SamplingMode,
+        unit_s: float | None = None,
     ) -> Window:
         return Window(
             started_at=started_at,
@@ -274,7 +278,25 @@ class _Tally:
             self_cpu_s=self.own_cpu_s,
             per_process=sum_per_process(self.per_process),
             mode=mode,
+            unit_s=unit_s if any(b.parts for b in self.blocks) else None,
         )
+
+
+def _parts(outcome: RecordOutcome, parsed: ParseResult) -> tuple[Mapping[StackSample, int], ...]:
+    """The segment's slices as stacks -> samples. `raw` lists each distinct stack line once, in
+    the order the slices first hold them; a line the parser could not read (none expected: the
+    lines are our own) leaves the segment without slices rather than with ones that miscount."""
+    if not outcome.parts:
+        return ()
+    keys = [line.rsplit(" ", 1)[0] for line in outcome.raw.splitlines() if line.strip()]
+    if len(keys) != len(parsed.stacks):
+        return ()
+    read = zip(keys, parsed.stacks, strict=True)
+    stacks = {k: replace(st, weight=1, source=None) for k, st in read}
+    try:
+        return tuple({stacks[k]: n for k, n in part.items()} for part in outcome.parts)
+    except KeyError:
+        return ()
 
 
 def _late_warning(tally: _Tally) -> str | None:

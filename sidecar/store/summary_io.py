@@ -120,6 +120,12 @@ def _from_v5(data: dict[str, Any]) -> dict[str, Any]:
     return dict(data, schema=6)
 
 
+def _from_v6(data: dict[str, Any]) -> dict[str, Any]:
+    """Schema 6 -> 7: 7 adds each segment's counts per time slice (`parts`, `unit_s`); 6 kept
+    the segments alone, and they stay the units."""
+    return dict(data, schema=7)
+
+
 # UPGRADES[n - 1] turns schema n into schema n + 1.
 UPGRADES: tuple[Callable[[dict[str, Any]], dict[str, Any]], ...] = (
     _from_v1,
@@ -127,6 +133,7 @@ UPGRADES: tuple[Callable[[dict[str, Any]], dict[str, Any]], ...] = (
     _from_v3,
     _from_v4,
     _from_v5,
+    _from_v6,
 )
 assert len(UPGRADES) == SCHEMA_VERSION - 1, "every older schema needs its upgrade"
 

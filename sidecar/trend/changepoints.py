@@ -1,4 +1,8 @@
-"""Where a series changed level: penalised change-point detection.
+"""Where a series may have changed level: penalised change-point detection.
+
+These are candidates. `trend` reports one as a level change only where `diff` of the windows
+either side calls the figure's change significant (sidecar/trend/levels.py): the penalty below
+decides what is worth testing, diff's noise model what is real.
 
 The method: PELT (Killick, Fearnhead and Eckley 2012), the exact minimiser of
 

@@ -2,15 +2,16 @@
 with the points where a series changed level, baselines and fingerprint changes.
 
 table rows (sidecar.trend.source) -> the time range and kind asked for -> the series -> points
-(the rows themselves, or bucket medians when there are more than MAX_POINTS) -> change points
-per series (sidecar.trend.changepoints) -> a text table, JSON, or a plot (sidecar.trend.plot).
+(the rows themselves, or bucket medians when there are more than MAX_POINTS) -> candidate change
+points per series (sidecar.trend.changepoints) -> those diff's test confirms on the windows
+either side (sidecar.trend.levels) -> a text table, JSON, or a plot (sidecar.trend.plot).
 """
 
 from __future__ import annotations
 
 import fnmatch
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -22,6 +23,20 @@ from sidecar.errors import ConfigError, InputError
 from sidecar.store.trend_table import CUSTOM_PREFIX, SERVING, SHARE_PREFIXES
 from sidecar.tables import table
 from sidecar.trend.changepoints import change_points
+from sidecar.trend.levels import (
+    MAX_WINDOWS,
+    NO_TESTS,
+    LevelTest,
+    LevelTests,
+    Multiplicity,
+    Reader,
+    Verdict,
+    Window,
+    chance,
+    confirm,
+    diff_words,
+    test_json,
+)
 
 MAX_POINTS = 800  # beyond this many rows, change points run on bucket medians
 TABLE_ROWS = 32  # the text table's buckets, at most
@@ -47,8 +62,9 @@ class TrendOptions:
 @dataclass(frozen=True, slots=True)
 class LevelChange:
     time: pd.Timestamp
-    before: float
-    after: float
+    before: float  # the median of the points of the segment before
+    after: float  # ... and of the segment from here
+    test: LevelTest | None = None  # diff's verdict on the windows either side
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +74,8 @@ class SeriesTrend:
     first: float
     last: float
     median: float
-    changes: tuple[LevelChange, ...]
+    changes: tuple[LevelChange, ...]  # the candidates diff confirms
+    candidates: tuple[LevelChange, ...] = ()  # every candidate PELT proposed, with its test
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,22 +95,29 @@ class Trend:
     series: tuple[SeriesTrend, ...]
     baselines: tuple[pd.Timestamp, ...]
     fingerprint_changes: tuple[FingerprintChange, ...]
+    multiplicity: Multiplicity = NO_TESTS  # the level changes' tests
 
 
-def compute_trend(frame: pd.DataFrame, options: TrendOptions, host: str) -> Trend:
+def compute_trend(
+    frame: pd.DataFrame, options: TrendOptions, host: str, windows: Reader | None = None
+) -> Trend:
+    """`windows` reads a window's summary by its folder name (sidecar.trend.source): diff's
+    test of each candidate change runs on them. None: no candidate is tested, none reported."""
     rows = _in_range(frame, options)
     rows = _roles_filled(rows.set_index("time"))
     names = select_series(rows, options.series)
     bucket = None if len(rows) <= MAX_POINTS else _bucket(rows.index, MAX_POINTS)
     points = rows[names] if bucket is None else _medians(rows[names], bucket)
+    tests = LevelTests(windows)
     return Trend(
         host=host,
         rows=rows,
         points=points,
         bucket_s=bucket,
-        series=tuple(_series(points[name]) for name in names),
+        series=tuple(_series(points[name], rows, bucket is not None, tests) for name in names),
         baselines=tuple(rows.index[rows["kind"] == "baseline"]),
         fingerprint_changes=fingerprint_changes(rows),
+        multiplicity=tests.multiplicity(),
     )
 
 
@@ -155,6 +179,7 @@ def render_text(trend: Trend) -> str:
         return "\n".join([*lines, "no figures in this range"])
     lines += ["", table(["series", "n", "first", "last", "median", "level changes"],
                         [_summary_cells(s) for s in trend.series])]  # fmt: skip
+    lines += _level_words(trend)
     bucket = _bucket(rows.index, TABLE_ROWS)
     medians = _medians(rows[[s.name for s in trend.series]], bucket)
     lines += ["", f"{_span(bucket)} medians:"]
@@ -179,12 +204,20 @@ def trend_json(trend: Trend) -> dict[str, Any]:
                 "first": s.first,
                 "last": s.last,
                 "median": s.median,
-                "changes": [
-                    {"time": _iso(c.time), "before": c.before, "after": c.after} for c in s.changes
-                ],
+                "changes": [_change_json(c) for c in s.changes],
+                "candidates": [_change_json(c) for c in s.candidates],
             }
             for s in trend.series
         ],
+        "level_changes": {
+            "method": "candidates from PELT on the points; a change is reported where "
+            "`vllm-sidecar diff` of the windows before against the windows after calls the "
+            "figure's change significant (diff's units, intervals and Bonferroni family)",
+            "alpha": trend.multiplicity.alpha,
+            "tests": trend.multiplicity.tests,
+            "false_change_bound": round(trend.multiplicity.bound, 6),
+            "max_windows_a_side": MAX_WINDOWS,
+        },
         "baselines": [_iso(t) for t in trend.baselines],
         "fingerprint_changes": [
             {"time": _iso(c.time), "from": c.before, "to": c.after, "label": c.label}
@@ -248,13 +281,49 @@ def _medians(rows: pd.DataFrame, bucket_s: int) -> pd.DataFrame:
     return rows.resample(f"{bucket_s}s").median().dropna(how="all")
 
 
-def _series(points: pd.Series) -> SeriesTrend:
-    values = points.dropna()
-    changes = tuple(
-        LevelChange(values.index[c.index], c.before, c.after) for c in change_points(values)
+def _series(
+    points: pd.Series, rows: pd.DataFrame, bucketed: bool, tests: LevelTests
+) -> SeriesTrend:
+    """The series' candidate changes (PELT on its points), each with diff's test of the windows
+    either side; the confirmed ones are its changes."""
+    present = points.notna().to_numpy()
+    values = points[present]
+    found = change_points(values)
+    windows = _windows_of(rows, values.index, np.flatnonzero(present), bucketed)
+    kept, last = (
+        confirm(str(points.name), [c.index for c in found], len(values), windows, tests)
+        if found
+        else ([], {})
     )
+    candidates = tuple(
+        LevelChange(values.index[c.index], c.before, c.after, last[c.index]) for c in found
+    )
+    changes = tuple(c for c, f in zip(candidates, found, strict=True) if f.index in kept)
     return SeriesTrend(points.name, len(values), float(values.iloc[0]), float(values.iloc[-1]),
-                       float(values.median()), changes)  # fmt: skip
+                       float(values.median()), changes, candidates)  # fmt: skip
+
+
+def _windows_of(
+    rows: pd.DataFrame, times: pd.Index, positions: np.ndarray, bucketed: bool
+) -> Callable[[int, int], list[Window]]:
+    """The windows (folder name, kind) behind the points lo..hi-1 of a series: the rows
+    themselves (`positions` in `rows`), or the rows of those buckets (from the first bucket's
+    start to the next point's)."""
+    names = rows["name"].astype(str).to_numpy() if "name" in rows else np.full(len(rows), "")
+    kinds = rows["kind"].astype(str).to_numpy()
+
+    def start(i: int) -> int:
+        if i >= len(times):
+            return len(rows)
+        if bucketed:
+            return int(np.searchsorted(rows.index, times[i], side="left"))
+        return int(positions[i])
+
+    def windows(lo: int, hi: int) -> list[Window]:
+        span = range(start(lo), start(hi))
+        return [(str(names[i]), str(kinds[i])) for i in span if names[i]]
+
+    return windows
 
 
 def _change_label(before: pd.Series, after: pd.Series) -> str:
@@ -285,9 +354,43 @@ def _text(value: object) -> str:
     return "?" if value is None or pd.isna(value) else str(value)
 
 
+def _change_json(c: LevelChange) -> dict[str, Any]:
+    """A level change as JSON: the time and the points' medians either side (the keys before
+    diff's test), then diff's verdict on the windows either side (sidecar.trend.levels)."""
+    doc: dict[str, Any] = {"time": _iso(c.time), "before": c.before, "after": c.after}
+    return doc if c.test is None else doc | test_json(c.test)
+
+
+def _level_words(trend: Trend) -> list[str]:
+    """How the level changes were decided, and the candidates diff did not confirm."""
+    candidates = [(s, c) for s in trend.series for c in s.candidates]
+    if not candidates:
+        return []
+    m = trend.multiplicity
+    kept = sum(len(s.changes) for s in trend.series)
+    lines = [
+        "",
+        f"level changes: {kept} of {len(candidates)} candidates, each kept where `vllm-sidecar "
+        f"diff` of the windows before against the windows after (up to {MAX_WINDOWS} a side) "
+        f"calls the change significant ({100 * m.alpha:g} % over that diff's comparisons); "
+        + (f"{m.tests} tests, at most {chance(m.bound)} chance of any false change among them"
+           if m.tests else "none could be tested"),
+    ]  # fmt: skip
+    for s, c in candidates:
+        if c.test is None or c.test.verdict is Verdict.SIGNIFICANT:
+            continue
+        why = c.test.note if c.test.verdict is Verdict.NOT_TESTED else diff_words(c.test)
+        lines.append(f"  not a change: {short_name(s.name)} at {_when(c.time)} "
+                     f"{_fmt(s.name, c.before)} -> {_fmt(s.name, c.after)}: "
+                     f"{c.test.verdict.value} ({why})")  # fmt: skip
+    return lines
+
+
 def _summary_cells(s: SeriesTrend) -> list[str]:
     changes = ", ".join(
-        f"{_when(c.time)} {_fmt(s.name, c.before)} -> {_fmt(s.name, c.after)}" for c in s.changes
+        f"{_when(c.time)} {_fmt(s.name, c.before)} -> {_fmt(s.name, c.after)}"
+        + (f" ({diff_words(c.test)})" if c.test is not None else "")
+        for c in s.changes
     )
     return [s.name, str(s.n), _fmt(s.name, s.first), _fmt(s.name, s.last),
             _fmt(s.name, s.median), changes or "-"]  # fmt: skip

@@ -16,6 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from sidecar.errors import InputError
+from sidecar.records.summary import SnapshotSummary
 from sidecar.store.layout import OutputTree, snapshot_names
 from sidecar.store.layout import folder_label as folder_label  # `trend`'s title names it
 from sidecar.store.trend_table import (
@@ -78,6 +79,22 @@ def load_table(host_dir: Path, note: Note) -> pa.Table:
         note(f"brought the table up to date: {len(rows)} rows added from their summaries, "
              f"{len(stale)} rows of deleted folders dropped, in {took:.1f} s")  # fmt: skip
     return merged
+
+
+def summary_reader(host_dir: Path, note: Note) -> Callable[[str], SnapshotSummary | None]:
+    """A window's summary by its folder name under HOST_DIR, for diff's test of a level change
+    (sidecar.trend.levels); None, with a warning that names it, when it cannot be read."""
+
+    def read(name: str) -> SnapshotSummary | None:
+        from sidecar.store.summary_io import read_summary  # pydantic: only when a change is tested
+
+        try:
+            return read_summary(host_dir / name)
+        except InputError as exc:
+            note(f"warning: {host_dir / name} left out of the level changes' tests: {exc}")
+            return None
+
+    return read
 
 
 def _concat(current: pa.Table | None, new: pa.Table) -> pa.Table:

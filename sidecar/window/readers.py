@@ -92,6 +92,9 @@ def configured_metrics(config: Config) -> MetricsSource | None:
     return HttpMetricsSource(url, timeout_s=config.metrics.timeout_s) if url else None
 
 
+MAX_SLICES = 30  # a window's time slices at most (`slice_length`)
+
+
 def sampler_for(
     config: Config,
     runner: PySpyRunner,
@@ -111,10 +114,11 @@ def sampler_for(
     failed start (the sampler raises)."""
     s = config.sampling
     rate = controller or RateController(rate_hz=s.rate_hz, budget=s.cpu_budget)
+    unit_s = slice_length(s.unit_s, window_s)
     if planner is None:
         return Sampler(runner=runner, pid=target.root.pid, controller=rate,
                        segment_s=min(s.segment_s, window_s), alive=alive, clock=clock,
-                       wall_clock=wall_clock, fail_fast=first)  # fmt: skip
+                       wall_clock=wall_clock, fail_fast=first, unit_s=unit_s)  # fmt: skip
     plans = planner  # bound for the closure: mypy narrows no captured argument
 
     def plan() -> tuple[ProcessRate, ...]:
@@ -123,7 +127,16 @@ def sampler_for(
     return Sampler(runner=runner, pid=target.root.pid, controller=rate,
                    segment_s=s.continuous_segment_s, alive=alive, clock=clock,
                    wall_clock=wall_clock, fail_fast=first, plan=plan,
-                   on_segment=planner.update)  # fmt: skip
+                   on_segment=planner.update, unit_s=unit_s)  # fmt: skip
+
+
+def slice_length(unit_s: float | None, window_s: float) -> float | None:
+    """The slices' length for a window of `window_s`: `sampling.unit_s`, or longer so that a
+    window holds at most MAX_SLICES (a 5 min period: 30 slices of 10 s, not 150 of 2 s; more
+    units add little power and grow summary.json)."""
+    if unit_s is None:
+        return None
+    return max(unit_s, window_s / MAX_SLICES)
 
 
 # ---------------------------------------------------------------------------------- readers

@@ -13,7 +13,7 @@ from sidecar.classify.classifier import STEP_PHASES, Classifier
 from sidecar.classify.groundtruth import thread_checks
 from sidecar.classify.rules import WaitFrames
 from sidecar.gpu import GpuFigures, GpuReading
-from sidecar.records import ProcessInfo, Role
+from sidecar.records import Label, ProcessInfo, Role, StackSample
 from sidecar.records.readings import (
     CustomMetric,
     HostMemory,
@@ -160,6 +160,7 @@ def _sampling(
         mode=w.mode.value,
         self_cpu_s=round(w.self_cpu_s, 4),
         processes=process_sampling(w, processes),
+        unit_s=w.unit_s,
     )
 
 
@@ -199,17 +200,24 @@ def _blocks(w: Window, labelled: tuple[LabelledStack, ...]) -> tuple[SampleBlock
     labels = {replace(ls.stack, weight=1): ls.label for ls in labelled}
     out = []
     for segment in w.blocks:
-        counts: dict[str, dict[str, int]] = {}
-        for stack, n in segment.counts.items():
-            label = labels.get(stack)
-            if label is None:  # a frameless read: in no phase (see build_snapshot)
-                continue
+        counts = _by_phase(segment.counts, labels)
+        total = sum(sum(c.values()) for c in counts.values())
+        block = SampleBlock(round(segment.wall_s, 3), total, counts,
+                            parts=tuple(_by_phase(p, labels) for p in segment.parts))  # fmt: skip
+        out.append(_with_reading(block, segment.reading))
+    return tuple(out)
+
+
+def _by_phase(
+    part: Mapping[StackSample, int], labels: Mapping[StackSample, Label]
+) -> dict[str, dict[str, int]]:
+    """One time slice's samples by role and phase (frameless reads in none)."""
+    counts: dict[str, dict[str, int]] = {}
+    for stack, n in part.items():
+        if (label := labels.get(stack)) is not None:
             by_phase = counts.setdefault(label.role.value, {})
             by_phase[label.phase.value] = by_phase.get(label.phase.value, 0) + n
-        total = sum(sum(c.values()) for c in counts.values())
-        out.append(_with_reading(SampleBlock(round(segment.wall_s, 3), total, counts),
-                                 segment.reading))  # fmt: skip
-    return tuple(out)
+    return counts
 
 
 def _with_reading(block: SampleBlock, r: LapReading | None) -> SampleBlock:

@@ -100,15 +100,16 @@ def _half_widths(changes: list[dict[str, Any]]) -> list[float]:
 def test_no_significant_change_says_what_could_have_been_detected(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """Two steady windows: nothing significant, and the headline says how large a change in
-    a phase share these samples could detect (the widest interval's half-width), that the
-    CPU and latency figures were not tested, and the largest changes, marked."""
+    """Two steady windows without the deployment's history: nothing significant, and the
+    headline says how large a change in a phase share these samples could detect (the widest
+    interval's half-width), that the CPU and latency figures were not tested, and the largest
+    changes, marked. (With the history, tests/unit/diff/test_diff_history.py.)"""
     a, b = window("steady-mixed", 0), window("steady-mixed", 1)
-    code, text = run(capsys, str(a), str(b))
+    code, text = run(capsys, str(a), str(b), "--no-history")
     assert code == 0
     headline, largest = text.splitlines()[:2]
     assert headline.startswith("[Diff] No significant change: none of the 14 tested")
-    _, out = run(capsys, str(a), str(b), "--format", "json")
+    _, out = run(capsys, str(a), str(b), "--format", "json", "--no-history")
     doc = json.loads(out)
     widest = max(_half_widths(doc["shares"]))
     assert doc["detectable"]["shares"] == pytest.approx(widest, abs=1e-6)
@@ -169,16 +170,17 @@ def test_latencies_print_in_ms_or_s() -> None:
 def test_the_one_window_caveat_is_said_once_not_on_every_row(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """One window a side: the CPU, traffic and latency rows read "not tested", and why (and
-    what would test them) is said once, as a caveat. The JSON keeps each row's note."""
+    """One window a side and no history: the CPU, traffic and latency rows read "not tested",
+    and why (and what would test them) is said once, as a caveat. The JSON keeps each row's
+    note."""
     a, b = window("steady-mixed", -1), window("prefill-heavy", 0)
-    _, text = run(capsys, str(a), str(b))
+    _, text = run(capsys, str(a), str(b), "--no-history")
     assert text.count("compare two windows or more a side") == 1
     (caveat,) = [line for line in text.splitlines() if "compare two windows or more" in line]
     said = re.match(r"Caveat: A and B have one window each: (\d+) CPU, traffic, latency and "
                     "serving figures are shown but not tested", caveat)  # fmt: skip
     assert said is not None and "PATH@SINCE..UNTIL" in caveat
-    _, out = run(capsys, str(a), str(b), "--format", "json")
+    _, out = run(capsys, str(a), str(b), "--format", "json", "--no-history")
     doc = json.loads(out)
     rows = [ch for k in ("cores", "costs", "serving") for ch in doc[k]]
     assert all(ch["untested_side_wide"] for ch in rows) and int(said[1]) == len(rows)
@@ -231,14 +233,16 @@ def test_the_json_keeps_every_key_and_adds_new_ones() -> None:
     ],
 )
 def test_old_snapshots_still_diff(capsys: pytest.CaptureFixture[str], a: Path, b: Path) -> None:
-    """Schema 1 and 4 (one unit a window): nothing can be tested, the headline says so rather
-    than a bare "no significant change", and the reason is a caveat said once."""
-    code, text = run(capsys, str(a), str(b))
+    """Schema 1 and 4 (one unit a window), without history (with it, a schema-4 window against
+    a recorded steady one is tested against the steady windows' spread): nothing can be
+    tested, the headline says so rather than a bare "no significant change", and the reason is
+    a caveat said once."""
+    code, text = run(capsys, str(a), str(b), "--no-history")
     assert code == 0
     assert ("\n[Diff] No significant change could be found: none of the figures could be tested "
             "with these samples (see the caveat).\n") in f"\n{text}"  # fmt: skip
     assert text.count("has no spread to test against") == 1
-    _, out = run(capsys, str(a), str(b), "--format", "json")
+    _, out = run(capsys, str(a), str(b), "--format", "json", "--no-history")
     doc = json.loads(out)
     assert doc["method"]["tested"] == 0
     assert doc["detectable"] == {"shares": None, "cpu": None, "serving": None}

@@ -98,11 +98,13 @@ def test_a_restart_with_max_num_seqs_1_is_named_first_and_fails_the_gate(
     assert all(s.fingerprint is not None for _, s in windows("max-num-seqs-1"))
 
 
-def test_one_window_a_side_names_the_flag_but_does_not_gate(
+def test_one_window_a_side_without_history_names_the_flag_but_does_not_gate(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """(With the deployment's history it gates: tests/unit/diff/test_diff_history.py.)"""
     (before, _), (after, _) = windows("steady-mixed")[-1], windows("max-num-seqs-1")[0]
-    assert main(["diff", str(before), str(after), "--fail-on", "10%", "--format", "json"]) == 0
+    args = [str(before), str(after), "--fail-on", "10%", "--format", "json", "--no-history"]
+    assert main(["diff", *args]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["verdict"][0] == "Ran differently: max-num-seqs default \u2192 1."
     assert all("one window on a side" in c["note"] for c in out["costs"])

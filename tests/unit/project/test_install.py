@@ -81,7 +81,8 @@ def test_a_command_without_its_extra_says_which_to_install(
 ) -> None:
     """Before: a ModuleNotFoundError traceback and 'internal error' (exit 70)."""
     fixtures = ROOT / "tests/fixtures/flame"
-    monkeypatch.delitem(sys.modules, "sidecar.analyze.compare", raising=False)
+    for module in ("sidecar.analyze.compare", "sidecar.analyze.intervals"):
+        monkeypatch.delitem(sys.modules, module, raising=False)
     monkeypatch.setitem(sys.modules, "scipy", None)  # import scipy: ModuleNotFoundError
     code = main(["diff", str(fixtures / "prefill-heavy"), str(fixtures / "decode-heavy")])
     err = capsys.readouterr().err
@@ -93,7 +94,8 @@ def test_a_command_without_its_extra_says_which_to_install(
 def test_a_missing_module_of_no_extra_stays_a_bug(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.delitem(sys.modules, "sidecar.analyze.compare", raising=False)
+    for module in ("sidecar.analyze.compare", "sidecar.analyze.intervals"):
+        monkeypatch.delitem(sys.modules, module, raising=False)
     monkeypatch.setitem(sys.modules, "scipy", None)
     monkeypatch.setattr("sidecar.extras.EXTRAS", ())
     fixtures = ROOT / "tests/fixtures/flame"

@@ -239,3 +239,17 @@ def test_next_commands_quote_a_folder_with_spaces() -> None:
     commands = [c for c, _ in next_commands(SHIPPED, "my samples")]
     assert commands[0] == "vllm-sidecar report 'my samples'"
     assert all(shlex.split(c)[0] == "vllm-sidecar" for c in commands)
+
+
+def test_flamegraph_of_an_output_folder_draws_its_latest_snapshot(
+    written: Path, tmp_path: Path
+) -> None:
+    runner = CliRunner()
+    whole = runner.invoke(cli, ["flamegraph", str(written), "-o", str(tmp_path / "whole")])
+    assert whole.exit_code == 0, whole.output
+    latest = runner.invoke(cli, ["report", "--format", "json", str(written)])
+    name = json.loads(latest.output)["snapshot"]
+    (chosen,) = [f.path for f in OutputTree(written).snapshots() if f.path.name == name]
+    one = runner.invoke(cli, ["flamegraph", str(chosen), "-o", str(tmp_path / "one")])
+    assert one.exit_code == 0, one.output
+    assert (tmp_path / "whole.svg").read_text() == (tmp_path / "one.svg").read_text()

@@ -211,19 +211,22 @@ def test_the_sampling_mode_is_read_as_its_enum_and_a_dump_is_no_mode_to_configur
         load_config(path, {})
 
 
-def test_a_schema_5_summary_reads_as_6_with_nothing_guessed() -> None:
+def test_a_schema_5_summary_reads_as_7_with_nothing_guessed() -> None:
     stacks = parse_raw(RAW).stacks
     w = _window(1000.0, 8.0, RAW)
     procs = tuple(proc(pid, Role.OTHER) for pid in sorted({s.pid for s in stacks if s.pid}))
     summary = build_snapshot(w, procs, Classifier(load_rules(None))).summary("snapshot")
     data = json.loads(json.dumps(to_jsonable(summary)))
-    assert data["schema"] == 6
+    assert data["schema"] == 7
     old = dict(data, schema=5)
     old.pop("cause")
     old["sampling"] = {k: v for k, v in data["sampling"].items()
-                       if k not in ("mode", "self_cpu_s", "processes")}  # fmt: skip
+                       if k not in ("mode", "self_cpu_s", "processes", "unit_s")}  # fmt: skip
+    for block in old["sampling"]["blocks"]:
+        block.pop("parts", None)
     read = parse_summary(old)
-    assert read.schema == 6 and read.cause is None
+    assert read.schema == 7 and read.cause is None
+    assert read.sampling.unit_s is None and all(not b.parts for b in read.sampling.blocks)
     assert read.sampling.mode is None and read.sampling.self_cpu_s is None
     assert read.sampling.processes == ()
 
@@ -252,3 +255,21 @@ def test_doctor_reports_each_process_asked_and_got_and_the_cpu_against_the_budge
     assert f"engine_core {pids[0]}: asked 2.00/s, got" in check.detail
     assert "3 errors, 1.5 s behind" in check.detail
     assert check.status is Status.OK or "CPU weight" in check.fix
+
+
+def test_per_process_slices_merge_by_time_with_their_process_frame() -> None:
+    k12 = "thread (12): MainThread;step (vllm/v1/engine/core.py:1)"
+    k13 = "thread (13): MainThread;execute_model (a.py:1)"
+    plan = (ProcessRate(12, 2, 1.0, "VLLM::EngineCore"), ProcessRate(13, 1, 1.0, "VLLM::Worker"))
+    merged = merge_outcomes(plan, {
+        12: RecordOutcome(f"{k12} 3\n", 0, "", 3, 0, 0.2, 4.0, False, parts=({k12: 2}, {k12: 1})),
+        13: RecordOutcome(f"{k13} 1\n", 0, "", 1, 0, 0.1, 4.0, False, parts=({k13: 1},))})  # fmt: skip
+    assert merged.parts == (
+        {f'process 12:"VLLM::EngineCore";{k12}': 2, f'process 13:"VLLM::Worker";{k13}': 1},
+        {f'process 12:"VLLM::EngineCore";{k12}': 1},
+    )
+    # a process whose py-spy kept no order: the segment has none either
+    plain = merge_outcomes(plan, {
+        12: RecordOutcome(f"{k12} 3\n", 0, "", 3, 0, 0.2, 4.0, False, parts=({k12: 3},)),
+        13: RecordOutcome(f"{k13} 1\n", 0, "", 1, 0, 0.1, 4.0, False)})  # fmt: skip
+    assert plain.parts == ()

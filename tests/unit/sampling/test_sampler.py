@@ -429,3 +429,45 @@ def test_the_sidecars_own_cpu_is_counted_per_segment_and_never_negative() -> Non
     window = s.window(15.0)
     assert window.self_cpu_s == pytest.approx(0.5 + 0.0 + 1.0)
     assert window.mode is SamplingMode.WINDOWS
+
+
+def sliced(request: RecordRequest) -> RecordOutcome:
+    """RAW's samples as a speedscope run cut into two slices would give them."""
+    lines = [ln.rsplit(" ", 1) for ln in RAW.splitlines()]
+    first = {lines[0][0]: 5, lines[1][0]: 3}
+    second = {lines[0][0]: 2}
+    return replace(ok()(request), parts=(first, second))
+
+
+def test_a_window_keeps_each_segments_time_slices_in_order() -> None:
+    s, runner = sampler([sliced, sliced])
+    s = replace(s, unit_s=2.5)
+    window = s.window(10.0)
+    assert {r.unit_s for r in runner.requests} == {2.5}
+    assert window.unit_s == 2.5
+    assert [len(b.parts) for b in window.blocks] == [2, 2]
+    for block in window.blocks:
+        total: dict[object, int] = {}
+        for part in block.parts:
+            for stack, n in part.items():
+                total[stack] = total.get(stack, 0) + n
+        assert total == dict(block.counts)  # the slices add up to the segment
+    assert [sorted(p.values()) for p in window.blocks[0].parts] == [[3, 5], [2]]
+
+
+def test_slices_that_do_not_match_the_stacks_are_dropped_not_miscounted() -> None:
+    def odd(request: RecordRequest) -> RecordOutcome:
+        return replace(ok()(request), parts=({"thread (1): X;f (a.py:1)": 4},))
+
+    s, _ = sampler([odd])
+    window = replace(s, unit_s=2.0).window(5.0)
+    assert window.blocks[0].parts == () and window.unit_s is None
+    assert sum(window.blocks[0].counts.values()) == 10  # the segment itself is kept
+
+
+def test_speedscope_is_asked_for_only_with_slices() -> None:
+    spy = SubprocessPySpy(binary="py-spy")
+    raw = spy._argv(RecordRequest(pid=1, rate_hz=5, duration_s=10), Path("out"))
+    ss = spy._argv(RecordRequest(pid=1, rate_hz=5, duration_s=10, unit_s=2.0), Path("out"))
+    assert raw[raw.index("--format") + 1] == "raw"
+    assert ss[ss.index("--format") + 1] == "speedscope"

@@ -16,7 +16,7 @@ from matplotlib.collections import LineCollection
 from sidecar.cli import cli
 from sidecar.trend.plot import trend_figure
 from sidecar.trend.series import TrendOptions, compute_trend
-from sidecar.trend.source import load_table
+from sidecar.trend.source import load_table, summary_reader
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 SCHEMA1 = FIXTURES / "schema1" / "20261201T112537Z" / "summary.json"
@@ -69,8 +69,19 @@ def test_text_names_the_series_their_level_changes_and_the_fingerprint_change(ou
     assert stderr.startswith("rebuilt the table from 60 summaries in ")
     assert "trend of vm: 60 snapshots (15 baselines)" in stdout
     assert "fingerprint changed at 2026-05-29 16:26: vLLM 0.31.0 -> 0.32.0" in stdout
+    # Schema 1's window, then schema 3's: a level change where diff of the windows either
+    # side calls it significant, with diff's interval and p; PELT's candidates that diff does
+    # not confirm (here: schema 1 counted no tokens, so no rate to test) are named as such.
+    line = next(ln for ln in stdout.splitlines() if ln.startswith("share.worker.idle "))
+    assert "2026-05-29 06:26 70.8% -> 58.8% (diff: -12.0 pp, -16.3 .. -7.6 pp, p 2.1e-08)" in line
     line = next(ln for ln in stdout.splitlines() if ln.startswith("generation_tokens_per_s "))
-    assert "2026-05-29 06:26 609 -> 446" in line  # schema 1's window, then schema 3's
+    assert line.endswith(" -")
+    (summary,) = [ln for ln in stdout.splitlines() if "level changes:" in ln]
+    assert summary.startswith(
+        "level changes: 7 of 13 candidates, each kept where `vllm-sidecar diff`"
+    ), summary
+    assert ("  not a change: gen tok/s at 2026-05-29 06:26 609 -> 446: not tested (not "
+            "measured on both sides)") in stdout  # fmt: skip
     code, _, stderr = _trend(out)
     assert code == 0 and stderr == ""  # the table is current now: nothing rebuilt
 
@@ -84,7 +95,22 @@ def test_json_and_the_series_option(out: Path) -> None:
     names = [s["name"] for s in doc["series"]]
     assert names[-1] == "ttft_p95_s" and all(n.startswith("share.worker.") for n in names[:-1])
     (ttft,) = [s for s in doc["series"] if s["name"] == "ttft_p95_s"]
-    assert len(ttft["changes"]) == 1 and ttft["changes"][0]["after"] == pytest.approx(0.232)
+    assert len(ttft["candidates"]) == 1 and ttft["candidates"][0]["after"] == pytest.approx(0.232)
+    # Each change carries diff's row for it on the windows either side (the baselines left
+    # out by --kind snapshot): 15 windows of schema 1 before, the nearest 24 of schema 3 after.
+    (idle,) = [s for s in doc["series"] if s["name"] == "share.worker.idle"]
+    (change,) = idle["changes"]
+    assert change["verdict"] == "significant" and change["note"] is None
+    assert len(change["a_windows"]) == 15 and len(change["b_windows"]) == 24
+    assert change["tested_in"] == 14  # m: the figures that diff tests (none without spread)
+    assert change["diff"]["kind"] == "share" and change["diff"]["significant"] is True
+    assert change["diff"]["low"] < change["diff"]["change"] < change["diff"]["high"] < 0
+    (forward,) = [s for s in doc["series"] if s["name"] == "share.worker.forward"]
+    # significant once the figures without spread left the family (not significant at m = 23)
+    assert [c["verdict"] for c in forward["candidates"]] == ["significant"]
+    assert len(forward["changes"]) == 1
+    assert doc["level_changes"]["tests"] == 5 and doc["level_changes"]["alpha"] == 0.05
+    assert 0 < doc["level_changes"]["false_change_bound"] <= 5 * 0.05 / 14
     assert [c["label"] for c in doc["fingerprint_changes"]] == ["vLLM 0.31.0 -> 0.32.0"]
 
 
@@ -103,7 +129,8 @@ def test_bad_options_name_the_fix(out: Path, args: list[str], message: str) -> N
 
 def test_the_figure_has_a_panel_per_role_and_for_serving_with_the_marks(out: Path) -> None:
     table = load_table(out / "vm", note=lambda _: None)
-    trend = compute_trend(table.to_pandas(), TrendOptions(), host="vm")
+    windows = summary_reader(out / "vm", note=lambda _: None)
+    trend = compute_trend(table.to_pandas(), TrendOptions(), host="vm", windows=windows)
     fig = trend_figure(trend)
     titles = [ax.get_title(loc="left") for ax in fig.axes]
     assert [t.split(":")[0] for t in titles[:3]] == ["engine_core", "worker", "api_server"]
@@ -117,7 +144,11 @@ def test_the_figure_has_a_panel_per_role_and_for_serving_with_the_marks(out: Pat
     assert labels == ["vLLM 0.31.0 -> 0.32.0"]
     (tokens,) = [ln for ln in fig.axes[3].lines if ln.get_label() == "gen tok/s"]
     changes = [ln for ln in fig.axes[3].lines if ln.get_gid() == "changes"]
-    assert tokens.get_xydata().shape == (60, 2) and len(changes) == 2  # both token rates
+    assert tokens.get_xydata().shape == (60, 2) and changes == []  # not tested: not drawn
+    worker = [ln for ln in fig.axes[1].lines if ln.get_gid() == "changes"]
+    # idle, communication and forward (+4.1 pp, +0.05 .. +8.1 pp): these replicated windows
+    # leave the serving figures no spread, so they are not tested and the family is smaller
+    assert len(worker) == 3
 
 
 def test_the_plot_option_writes_a_png(out: Path, tmp_path: Path) -> None:
