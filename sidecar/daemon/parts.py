@@ -352,8 +352,11 @@ class HourRun:
                 self._started.poller.stop()
             return None
         if covered < 0.9 * hour_s and window.partial_reason is None:
+            # In seconds for a short hour (tests, compressed schedules): "covers 2 of the
+            # hour's 2 min" read as whole when it was 96 of 120 s.
+            unit, per = ("s", 1.0) if hour_s < 600 else ("min", 60.0)
             window = replace(window, partial=True, partial_reason=(
-                f"covers {covered / 60:.0f} of the hour's {hour_s / 60:.0f} min "
+                f"covers {covered / per:.0f} of the hour's {hour_s / per:.0f} {unit} "
                 "(the sidecar attached, or vLLM restarted, within the hour)"))  # fmt: skip
         readers, target = self._readers, self.target
         readings = readers.finish(self._started, target, window)

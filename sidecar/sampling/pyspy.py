@@ -520,7 +520,10 @@ def whole_rate(rate_hz: float) -> int:
 
 
 def explain_failure(
-    pid: int, output: str, ptrace_refused: Callable[[int], bool] | None = None
+    pid: int,
+    output: str,
+    ptrace_refused: Callable[[int], bool] | None = None,
+    closed_folder: Callable[[int], str | None] | None = None,
 ) -> AttachError | SamplerError:
     """Turn py-spy's error text into an error that names the fix."""
     text = output.lower()
@@ -533,12 +536,41 @@ def explain_failure(
         return AttachError(
             f"process {pid} is gone (py-spy could not open it): check the PID, or use --discover"
         )
+    closed = (closed_folder or _closed_folder)(pid) if "no python" in text else None
+    if closed is not None:
+        # Seen under systemd: vLLM's Python under a 0700 (or 0750) home that this user cannot
+        # enter; py-spy then finds no Python, though ptrace was granted.
+        return AttachError(
+            f"py-spy cannot read process {pid}'s Python: {closed} is not searchable by this "
+            "user, so py-spy finds no Python in it. Give the sidecar group access to that "
+            "folder (chmod g+x, and SupplementaryGroups=<its group> in systemd), or add "
+            "CAP_DAC_READ_SEARCH (docs/deploy.md, Adjustments)"
+        )
     if "python" in text and ("failed to find" in text or "version" in text or "no python" in text):
         return AttachError(
             f"process {pid} does not look like a Python process to py-spy ({last_line(output)}): "
             "point --pid at the vLLM API server, EngineCore or worker"
         )
     return SamplerError(f"py-spy failed on process {pid}: {last_line(output) or 'no message'}")
+
+
+def _closed_folder(
+    pid: int, proc: str = "/proc", access: Callable[[str, int], bool] = os.access
+) -> str | None:
+    """The first folder on the way to process PID's Python (its executable and a libpython it
+    maps, as it sees them: /proc/PID/root) that this process may not search; None: none."""
+    root = f"{proc}/{pid}/root"
+    paths: list[str] = []
+    with contextlib.suppress(OSError):
+        paths.append(os.readlink(f"{proc}/{pid}/exe"))
+    with contextlib.suppress(OSError), open(f"{proc}/{pid}/maps") as maps:
+        paths += [ln.split()[-1] for ln in maps if "libpython" in ln]
+    for path in dict.fromkeys(p for p in paths if p.startswith("/")):
+        parts = PurePosixPath(path).parents
+        for folder in reversed(parts):
+            if str(folder) != "/" and not access(root + str(folder), os.X_OK):
+                return str(folder)
+    return None
 
 
 def _ptrace_refused(pid: int) -> bool:

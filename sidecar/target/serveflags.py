@@ -25,7 +25,7 @@ VALUE_FLAGS = (
     "tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size",
     "max-num-seqs", "max-num-batched-tokens", "max-model-len", "block-size",
     "gpu-memory-utilization", "dtype", "kv-cache-dtype", "quantization",
-    "api-server-count", "attention-backend", "speculative-config",
+    "api-server-count", "attention-backend", "speculative-config", "num-gpu-blocks-override",
 )  # fmt: skip
 # BooleanOptionalAction flags: `--name` is "true", `--no-name` is "false".
 BOOL_FLAGS = (

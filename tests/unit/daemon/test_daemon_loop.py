@@ -841,5 +841,5 @@ def test_a_period_that_runs_past_the_hour_still_ends_it() -> None:
     assert written == [(180, 10), (180, 10), (260, 10), (320, 10), (380, 10), (440, 10),
                        (260, 40), (500, 10)]  # fmt: skip
     first, second = store.written[1], store.written[-2]
-    assert "covers 1 of the hour's 5 min" in str(first.window.partial_reason)
-    assert "covers 4 of the hour's 5 min" in str(second.window.partial_reason)
+    assert "covers 80 of the hour's 300 s" in str(first.window.partial_reason)
+    assert "covers 240 of the hour's 300 s" in str(second.window.partial_reason)

@@ -19,6 +19,7 @@ from sidecar.sampling.pyspy import (
     RecordOutcome,
     RecordRequest,
     SubprocessPySpy,
+    _closed_folder,
     explain_failure,
     wait_for_exit,
 )
@@ -216,8 +217,35 @@ def test_budget_adapts_between_segments() -> None:
     ],
 )  # fmt: skip
 def test_py_spy_errors_name_the_fix(output: str, kind: type, text: str) -> None:
-    error = explain_failure(42, output, ptrace_refused=lambda pid: False)
+    error = explain_failure(42, output, ptrace_refused=lambda pid: False,
+                            closed_folder=lambda pid: None)  # fmt: skip
     assert isinstance(error, kind) and text in str(error)
+
+
+def test_no_python_found_behind_a_closed_home_names_the_folder_not_the_pid() -> None:
+    # Seen under systemd (issue 24): vLLM's pyenv Python under /root (0750 root:vllm), the
+    # sidecar's unit without SupplementaryGroups=vllm: py-spy finds no Python, ptrace granted.
+    output = "Error: No python processes found in process 170 or any of its subprocesses"
+    error = explain_failure(170, output, ptrace_refused=lambda pid: False,
+                            closed_folder=lambda pid: "/root")  # fmt: skip
+    assert isinstance(error, AttachError)
+    assert "/root is not searchable" in str(error) and "SupplementaryGroups" in str(error)
+    assert "point --pid" not in str(error)
+
+
+def test_the_closed_folder_is_the_first_on_the_way_to_the_python_it_maps(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    (proc / "7").mkdir(parents=True)
+    (proc / "7" / "exe").symlink_to("/root/.pyenv/versions/3.11.7/bin/python3.11")
+    (proc / "7" / "maps").write_text(
+        "7f00-7f10 r-xp 0 08:01 1 /root/.pyenv/versions/3.11.7/lib/libpython3.11.so.1.0\n"
+        "7f20-7f30 r--p 0 08:01 2 /usr/lib/x86_64-linux-gnu/libc.so.6\n"
+    )
+    root = f"{proc}/7/root"
+    closed = {root + "/root"}
+    assert _closed_folder(7, str(proc), lambda p, _: p not in closed) == "/root"
+    assert _closed_folder(7, str(proc), lambda p, _: True) is None
+    assert _closed_folder(8, str(proc), lambda p, _: False) is None  # no such process
 
 
 def test_no_python_found_with_ptrace_refused_explains_sys_ptrace() -> None:
