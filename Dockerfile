@@ -1,9 +1,13 @@
-# syntax=docker/dockerfile:1
 # The vllm-sidecar image: the package and its console script `vllm-sidecar`, py-spy (a wheel
-# dependency, so /usr/local/bin/py-spy), and the example config as /etc/vllm-sidecar/sidecar.yaml.
+# dependency, beside it in the venv), and the example config as /etc/vllm-sidecar/sidecar.yaml.
 #
-#   docker build -t vllm-sidecar:local .
+#   docker compose build sidecar        # or: DOCKER_BUILDKIT=1 docker build -t vllm-sidecar:local .
 #   docker run --rm --pid=container:<vllm> --cap-add SYS_PTRACE vllm-sidecar:local run --discover ...
+#
+# It needs BuildKit (RUN --mount), but only the features of Docker 20.10's built-in Dockerfile
+# frontend: no `# syntax=` line (that pulls a frontend image from a registry). The base is a
+# build argument: any Debian bookworm image (the default, or one made with debootstrap and
+# `docker import` where no registry is reachable: deploy/docker/docker-compose.cpu.yml).
 #
 # It runs as root *inside the container*, with every capability dropped but SYS_PTRACE (see
 # docker-compose.yml: cap_drop ALL, cap_add SYS_PTRACE, no-new-privileges, read-only root):
@@ -13,18 +17,39 @@
 #   root here owns nothing on the host and cannot bypass file permissions (no CAP_DAC_OVERRIDE).
 # - With SYS_PTRACE added, Docker's default seccomp profile also allows ptrace and
 #   process_vm_readv, which py-spy needs; without it py-spy gets "Permission Denied".
-FROM python:3.11-slim
+ARG BASE_IMAGE=debian:bookworm-slim
 
-ENV PYTHONDONTWRITEBYTECODE=1 \
-    PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
+# --- the wheel, built from the package (`python -m build --wheel`) -------------------------------
+FROM ${BASE_IMAGE} AS wheel
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 DEBIAN_FRONTEND=noninteractive
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates \
+    && rm -rf /var/lib/apt/lists/* \
+    && python3 -m venv /opt/build
+# The optional build secret `pip_ca`: a CA bundle pip must trust to reach the package index
+# (a TLS-inspecting proxy); without it pip uses the image's own CA certificates.
+# (rw: setuptools writes build/ and *.egg-info into the source; those writes are discarded.)
+RUN --mount=type=secret,id=pip_ca --mount=type=bind,source=.,target=/src,rw \
+    if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
+    && /opt/build/bin/pip install build==1.6.1 \
+    && /opt/build/bin/python -m build --wheel --outdir /dist /src
 
-# The source is bind-mounted for the install only, so no copy of it stays in a layer. The core
-# install is the daemon, snapshot, report and doctor; [s3] adds uploads (config upload:). The
-# analysis commands (diff, trend, aggregate) need [analysis]: `pip install "/src[s3,analysis]"`.
-# (rw: setuptools writes build/ and *.egg-info into it; those writes are discarded.)
-RUN --mount=type=bind,source=.,target=/src,rw \
-    pip install "/src[s3]" \
+# --- the image: a venv with the wheel installed, nothing of the source ---------------------------
+FROM ${BASE_IMAGE}
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1 \
+    PATH=/opt/vllm-sidecar/bin:$PATH
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+       python3 python3-venv ca-certificates \
+    && rm -rf /var/lib/apt/lists/* \
+    && python3 -m venv /opt/vllm-sidecar
+# The core install is the daemon, snapshot, report and doctor; [s3] adds uploads (config upload:).
+# The analysis commands (diff, trend, aggregate) need [analysis]: "$wheel[s3,analysis]".
+RUN --mount=type=secret,id=pip_ca --mount=type=bind,from=wheel,source=/dist,target=/dist \
+    if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi \
+    && pip install "$(ls /dist/vllm_sidecar-*.whl)[s3]" \
     && vllm-sidecar --version \
     && py-spy --version
 

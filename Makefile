@@ -145,6 +145,16 @@ dashboard: venv
 validate-deploy:
 	scripts/validate-deploy.sh
 
+# The Docker deployment run for real (devtools/deploy): the engine (started if none answers), the
+# Debian base image (debootstrap if missing), the images, then docker compose up / restart / stop,
+# the host-/proc variant and Nginx in front, and the systemd scenario; everything it started is
+# removed, also on failure. Records tests/fixtures/deploy/ (checked by the unit tests). Holds the
+# live lock while vLLM runs. Not part of `make test`: its Docker scenarios took 7.7 min here with
+# the images cached, plus the systemd scenario's own time and any wait for the lock.
+.PHONY: test-deploy
+test-deploy: venv
+	$(BIN)/python -m devtools.deploy
+
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache out
 

@@ -163,9 +163,15 @@ check_compose_v2() {
   bin="$(compose_v2)"; ver="$("$bin" version --short 2>/dev/null)"
   # All profiles, so that every service is interpolated and checked.
   out="$("$bin" -f "$root/docker-compose.yml" --project-directory "$root" --profile '*' config --quiet 2>&1)"
-  if [[ $? -ne 0 || -n "$out" ]]; then fail "$1" "docker compose $ver config reported:"; echo "$out" | indent
-  else ran "$1" "Docker Compose $ver: \`docker compose --profile '*' config\` clean (all services, all profiles)"
+  if [[ $? -ne 0 || -n "$out" ]]; then fail "$1" "docker compose $ver config reported:"; echo "$out" | indent; return; fi
+  # The CPU override (deploy/docker/docker-compose.cpu.yml: vLLM's CPU build, no GPU reservations),
+  # merged with the shipped file as `docker compose -f ... -f ...` merges them.
+  local cpu="$root/deploy/docker/docker-compose.cpu.yml"
+  if [[ -f "$cpu" ]]; then
+    out="$("$bin" -f "$root/docker-compose.yml" -f "$cpu" --project-directory "$root" --profile '*' config --quiet 2>&1)"
+    if [[ $? -ne 0 || -n "$out" ]]; then fail "$1" "docker compose $ver config with the CPU override reported:"; echo "$out" | indent; return; fi
   fi
+  ran "$1" "Docker Compose $ver: \`docker compose --profile '*' config\` clean (all services, all profiles; also with deploy/docker/docker-compose.cpu.yml)"
   if docker compose version >/dev/null 2>&1; then  # a Compose plugin on this machine: ask it too
     out="$(docker compose -f "$root/docker-compose.yml" --profile '*' config --quiet 2>&1)" \
       || { fail "$1" "the docker compose plugin reported:"; echo "$out" | indent; }
@@ -189,10 +195,11 @@ check_compose_schema() {
 
 check_hadolint() {
   ensure_venv; [[ -n "$venv_error" ]] && { skip "$1" "$venv_error"; return; }
-  local out
-  out="$("$venv/bin/hadolint" "$root/Dockerfile" 2>&1)"
+  local out files=("$root/Dockerfile")
+  shopt -s nullglob; files+=("$root"/deploy/docker/*.Dockerfile); shopt -u nullglob
+  out="$("$venv/bin/hadolint" "${files[@]}" 2>&1)"
   if [[ $? -ne 0 ]]; then fail "$1" "hadolint:"; echo "$out" | indent
-  else ran "$1" "$("$venv/bin/hadolint" --version): no findings"
+  else ran "$1" "$("$venv/bin/hadolint" --version): no findings in ${#files[@]} Dockerfiles"
   fi
 }
 

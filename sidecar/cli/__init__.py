@@ -27,8 +27,11 @@ from sidecar.cli.samples import samples
 from sidecar.cli.snapshot import snapshot
 from sidecar.cli.trend import trend
 from sidecar.cli.trigger import trigger
+from sidecar.daemon.logs import journal_prefix
 from sidecar.errors import ExitStatus, SidecarError, exit_code
 from sidecar.extras import missing_extra
+
+ERR = 3  # syslog's err: under systemd, `journalctl -p err` shows why the service stopped
 
 
 @click.group(context_settings={"help_option_names": HELP_NAMES}, epilog=GROUP_EPILOG)
@@ -54,14 +57,14 @@ def main(argv: list[str] | None = None) -> int:
         exc.show()
         return exc.exit_code
     except SidecarError as exc:
-        click.echo(f"vllm-sidecar: error: {exc}", err=True)
+        click.echo(f"{journal_prefix(ERR)}vllm-sidecar: error: {exc}", err=True)
         return exit_code(exc)
     except ModuleNotFoundError as exc:
         # A library of an extra that this install lacks: say which `pip install` brings it.
         missing = missing_extra(exc, _command_name(argv))
         if missing is None:
             return _bug(exc)
-        click.echo(f"vllm-sidecar: error: {missing}", err=True)
+        click.echo(f"{journal_prefix(ERR)}vllm-sidecar: error: {missing}", err=True)
         return exit_code(missing)
     except Exception as exc:
         return _bug(exc)
@@ -72,8 +75,8 @@ def main(argv: list[str] | None = None) -> int:
 def _bug(exc: Exception) -> int:
     """A bug: the traceback is what a report needs."""
     traceback.print_exc(file=sys.stderr)
-    click.echo(f"vllm-sidecar: internal error ({type(exc).__name__}): please report it "
-               "with the traceback above", err=True)  # fmt: skip
+    click.echo(f"{journal_prefix(ERR)}vllm-sidecar: internal error ({type(exc).__name__}): "
+               "please report it with the traceback above", err=True)  # fmt: skip
     return exit_code(exc)
 
 

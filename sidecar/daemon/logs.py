@@ -20,6 +20,13 @@ class JournalFormatter(logging.Formatter):
         return f"<{_PRIORITY.get(record.levelno, 6)}>{super().format(record)}"
 
 
+def journal_prefix(priority: int, environ: Mapping[str, str] | None = None) -> str:
+    """`<priority>` for a line written straight to stderr under systemd (JOURNAL_STREAM set), as
+    the log lines carry theirs; nothing elsewhere. Without it journald files the line as info."""
+    env = os.environ if environ is None else environ
+    return f"<{priority}>" if env.get("JOURNAL_STREAM") else ""
+
+
 def setup_logging(level: str = "info", environ: Mapping[str, str] | None = None) -> None:
     env = os.environ if environ is None else environ
     handler = logging.StreamHandler(sys.stderr)

@@ -270,6 +270,8 @@ class Shell:
             # a row staged there (what a thread still busy leaves, the next start removes).
             stopped = old.uploads.stop() if old.uploads is not None else True
             start_uploads(new, self.state, clean_staging=stopped)
+        if new.config.log_level != old.config.log_level:  # setup_logging's, at start
+            log.setLevel(new.config.log_level.upper())
         log.info("configuration reloaded from %s", new.config.source)
         if new.config.exporter_listen != old.config.exporter_listen:
             log.warning("exporter_listen changed: takes effect at the next restart")

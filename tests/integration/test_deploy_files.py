@@ -130,10 +130,16 @@ BREAKAGES = [
     ("compose-v2", "docker-compose.yml", "    pid: host\n", "    pid: 1\n"),
     ("compose-schema", "docker-compose.yml", "cap_add: [SYS_PTRACE]", "cap_addd: [SYS_PTRACE]"),
     (
+        "compose-v2",
+        "deploy/docker/docker-compose.cpu.yml",
+        "secrets: [pip_ca]",
+        "secrets: [pip-ca]",
+    ),
+    (
         "hadolint",
         "Dockerfile",
-        "FROM python:3.11-slim",
-        "FROM python:latest\nRUN apt-get install curl",
+        "FROM ${BASE_IMAGE} AS wheel\n",
+        "FROM ${BASE_IMAGE} AS wheel\nRUN apt-get install curl\n",
     ),
     ("docker-context", ".dockerignore", "!setup.cfg\n", ""),
     ("nginx", "configs/nginx.conf", "proxy_buffering off;", "proxy_buffering of;"),
@@ -399,7 +405,9 @@ def test_profiles(compose: dict[str, Any]) -> None:
         "nginx": ["nginx"],
     }
     hostproc = services["sidecar-hostproc"]
-    assert hostproc["privileged"] is True and hostproc["pid"] == "host"
+    assert hostproc["pid"] == "host" and "privileged" not in hostproc
+    assert hostproc["cap_drop"] == ["ALL"] and hostproc["cap_add"] == ["SYS_PTRACE"]
+    assert "apparmor:unconfined" in hostproc["security_opt"] and hostproc["read_only"] is True
     assert "/proc:/host_proc:ro" in hostproc["volumes"]
     assert flag_value(hostproc["command"], "--proc-root") == "/host_proc"
     assert "--discover" in hostproc["command"]
@@ -430,11 +438,14 @@ def test_nginx_streams_server_sent_events() -> None:
 
 def test_dockerfile_entrypoint_and_healthcheck() -> None:
     text = (ROOT / "Dockerfile").read_text()
-    assert re.search(r"^FROM python:3\.11-slim$", text, re.M)
+    # The base is a build argument (Debian bookworm; a debootstrapped one where no registry is)
+    assert re.search(r"^ARG BASE_IMAGE=debian:bookworm-slim$", text, re.M)
+    assert text.count("FROM ${BASE_IMAGE}") == 2
     assert 'ENTRYPOINT ["vllm-sidecar"]' in text
     assert 'CMD ["run", "--config", "/etc/vllm-sidecar/sidecar.yaml"]' in text
     assert re.search(r"^HEALTHCHECK .*\n.*127\.0\.0\.1:19464/metrics", text, re.M)
-    assert 'pip install "/src[s3]"' in text
+    assert "python -m build --wheel --outdir /dist /src" in text
+    assert 'pip install "$(ls /dist/vllm_sidecar-*.whl)[s3]"' in text
 
 
 def test_deployed_flags_exist_in_the_cli(compose: dict[str, Any]) -> None:
