@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from devtools.diff_windows import SLACK_S, cli, steady_load
+from devtools.diff_windows import take_windows
 from devtools.live_window import SERVER_ENV
 from devtools.matrix import live_lock
 from devtools.server import VllmServer
@@ -48,17 +48,9 @@ KEEP = ("schema", "name", "created_at", "kind", "host", "deployment", "phases", 
 
 
 def take(server: VllmServer, workload: str, count: int, out: Path) -> list[Path]:
-    folders = []
-    with steady_load(server, workload, 3600.0):
-        for i in range(count):
-            dest = out / f"{i:02d}"
-            done = cli("snapshot", "--pid", str(server.pid), "--duration", f"{WINDOW_S:g}",
-                       "--out", str(dest), timeout_s=WINDOW_S + SLACK_S)  # fmt: skip
-            if done.returncode != 0:
-                raise RuntimeError(f"snapshot exited {done.returncode}:\n{done.stderr[-3000:]}")
-            (folder,) = [p for p in dest.iterdir() if not p.name.startswith(".")]
-            folders.append(folder)
-    return folders
+    """COUNT 20 s windows at `snapshot`'s default rate and segments (its default slices)."""
+    return take_windows(server, workload, count, out, window_s=WINDOW_S, segment_s=None,
+                        rate_hz=None)  # fmt: skip
 
 
 def keep(folder: Path, dest: Path) -> None:

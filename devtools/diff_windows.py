@@ -133,10 +133,14 @@ def take_windows(
     count: int,
     out: Path,
     window_s: float = WINDOW_S,
-    segment_s: float = SEGMENT_S,
+    segment_s: float | None = SEGMENT_S,
     seed: int = 0,
+    rate_hz: float | None = RATE_HZ,
 ) -> list[Path]:
-    """COUNT consecutive snapshot windows under one steady WORKLOAD; their folders."""
+    """COUNT consecutive snapshot windows under one steady WORKLOAD; their folders. A
+    `segment_s` or `rate_hz` of None leaves `snapshot`'s default (what an operator gets)."""
+    sampling = [*(["--segment", f"{segment_s:g}"] if segment_s is not None else []),
+                *(["--rate", f"{rate_hz:g}"] if rate_hz is not None else [])]  # fmt: skip
     folders: list[Path] = []
     # The load outlasts any series (a slow server stretches windows: --max-num-seqs 1 took
     # 100 s for a 30 s window here); the block kills it when the last window is written.
@@ -144,8 +148,7 @@ def take_windows(
         for i in range(count):
             dest = out / f"{workload}-{i:02d}"
             done = cli("snapshot", "--pid", str(server.pid), "--duration", f"{window_s:g}",
-                       "--segment", f"{segment_s:g}", "--rate", f"{RATE_HZ:g}",
-                       "--out", str(dest), timeout_s=window_s + SLACK_S)  # fmt: skip
+                       *sampling, "--out", str(dest), timeout_s=window_s + SLACK_S)  # fmt: skip
             if done.returncode != 0:
                 raise RuntimeError(f"snapshot exited {done.returncode}:\n{done.stderr[-3000:]}")
             (folder,) = [p for p in dest.iterdir() if not p.name.startswith(".")]
