@@ -34,23 +34,31 @@ lint: venv
 	$(BIN)/lint-imports
 	$(BIN)/mkdocs build --strict --quiet --site-dir build/site
 
+# The unit tests run no processes and share nothing: two workers (pytest-xdist) take 58 s
+# where one took 87. The integration tests run one at a time (they share the real vLLM, and
+# their windows are calibrated on a machine nothing else loads).
+PYTEST_UNIT = $(BIN)/pytest tests/unit -q -rsfE -n 2
+PYTEST_LIVE = $(BIN)/pytest tests/integration -q -rsfE --durations=25
+
 unit: venv
-	$(BIN)/pytest tests/unit -q
+	$(PYTEST_UNIT)
 
 integration: vllm-env
 	$(BIN)/pytest tests/integration -q -m integration
 
+# Both suites run whatever the first gives; either failing fails the target.
 test: vllm-env lint browser prometheus
-	$(BIN)/pytest tests -q -rsfE --durations=25
+	$(PYTEST_UNIT); unit=$$?; $(PYTEST_LIVE) && exit $$unit
 
 # The tests as CI's runner starts them: in a session whose scheduling group (autogroup) is niced.
 # There, what vLLM and the load generator (sessions of their own) leave to the runner's session
 # is about 1 % of a core; CI's dump of a starved window showed it (devtools/sidecar_proc.py).
-# TESTS=tests/integration/test_live_snapshot.py narrows it.
-TESTS ?= tests
+# TESTS=tests/integration/test_live_snapshot.py narrows it; left out, both suites as `test` runs them.
+TESTS ?=
 test-like-ci: vllm-env browser prometheus
 	setsid --wait sh -c 'echo 19 > /proc/self/autogroup && cat /proc/self/autogroup \
-		&& exec $(BIN)/pytest $(TESTS) -q -rsfE'
+		&& if [ -n "$(TESTS)" ]; then exec $(BIN)/pytest $(TESTS) -q -rsfE; \
+		else $(PYTEST_UNIT); unit=$$?; $(PYTEST_LIVE) && exit $$unit; fi'
 
 # Headless Chromium renders the flame graphs in the tests (Debian's package); where it cannot be
 # installed (not root, no apt) those tests skip and say so.
