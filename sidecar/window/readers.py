@@ -24,6 +24,7 @@ from sidecar.gpu import (
     GpuFigures,
     GpuReading,
     GpuUtilization,
+    NvmlApi,
     NvmlReader,
     UtilizationPoller,
     gpu_figures,
@@ -376,14 +377,14 @@ def metrics_for(
         return None, str(exc)
 
 
-def open_gpu_reader(enabled: bool = True) -> NvmlReader | None:
-    """An open NVML reader, or None on a CPU host (said once, then the sidecar carries on)."""
+def open_gpu_reader(enabled: bool = True, api: NvmlApi | None = None) -> NvmlReader | None:
+    """An open NVML reader (`api`: pynvml's unless given); on a CPU host it says so once (the
+    reader logs why NVML did not start, at info for CPU mode), and the sidecar carries on.
+    None: disabled."""
     if not enabled:
         return None
-    reader = NvmlReader()
-    reason = reader.open()
-    if reason is not None:
-        log.info("%s", reason)
+    reader = NvmlReader(api)
+    reader.open()
     return reader
 
 

@@ -49,7 +49,7 @@ from sidecar.target.discovery import Deployment
 from sidecar.target.pidmap import PidMap
 from sidecar.target.procfs import ProcFs
 from sidecar.window.pipeline import profile_window
-from sidecar.window.readers import WindowReaders
+from sidecar.window.readers import WindowReaders, open_gpu_reader
 from tests.nvml_double import RecordedNvml
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -317,6 +317,18 @@ def test_no_gpu_is_cpu_mode_logged_once(
         )
     assert messages(caplog) == [f"no NVIDIA GPU: CPU mode ({detail})"]
     assert api.calls.count(("init",)) == 1  # CPU mode is for good: NVML is not asked again
+
+
+def test_opening_the_reader_on_a_cpu_host_says_so_once(caplog: pytest.LogCaptureFixture) -> None:
+    """`run` and `snapshot` open the reader at start: one line for CPU mode (it was logged
+    twice, by the reader and again by the opener)."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    api = RecordedNvml({"init": {"error": "NVML_ERROR_LIBRARY_NOT_FOUND"}})
+    reader = open_gpu_reader(True, api)
+    assert reader is not None
+    assert not reader.read().available
+    assert messages(caplog) == ["no NVIDIA GPU: CPU mode (libnvidia-ml.so.1 not found)"]
+    assert open_gpu_reader(False, api) is None
 
 
 def test_missing_pynvml_is_cpu_mode(monkeypatch: pytest.MonkeyPatch) -> None:
