@@ -39,6 +39,8 @@ lint: venv
 # their windows are calibrated on a machine nothing else loads).
 PYTEST_UNIT = $(BIN)/pytest tests/unit -q -rsfE -n 2
 PYTEST_LIVE = $(BIN)/pytest tests/integration -q -rsfE --durations=25
+# Both suites run whatever the first gives; either failing fails the target.
+PYTEST_BOTH = $(PYTEST_UNIT); unit=$$?; $(PYTEST_LIVE) && exit $$unit
 
 unit: venv
 	$(PYTEST_UNIT)
@@ -46,9 +48,8 @@ unit: venv
 integration: vllm-env
 	$(BIN)/pytest tests/integration -q -m integration
 
-# Both suites run whatever the first gives; either failing fails the target.
 test: vllm-env lint browser prometheus
-	$(PYTEST_UNIT); unit=$$?; $(PYTEST_LIVE) && exit $$unit
+	$(PYTEST_BOTH)
 
 # The tests as CI's runner starts them: in a session whose scheduling group (autogroup) is niced.
 # There, what vLLM and the load generator (sessions of their own) leave to the runner's session
@@ -58,7 +59,7 @@ TESTS ?=
 test-like-ci: vllm-env browser prometheus
 	setsid --wait sh -c 'echo 19 > /proc/self/autogroup && cat /proc/self/autogroup \
 		&& if [ -n "$(TESTS)" ]; then exec $(BIN)/pytest $(TESTS) -q -rsfE; \
-		else $(PYTEST_UNIT); unit=$$?; $(PYTEST_LIVE) && exit $$unit; fi'
+		else $(PYTEST_BOTH); fi'
 
 # Headless Chromium renders the flame graphs in the tests (Debian's package); where it cannot be
 # installed (not root, no apt) those tests skip and say so.

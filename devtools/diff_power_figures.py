@@ -102,11 +102,10 @@ def figures(root: Path = FIXTURE) -> dict[str, Any]:
     curve = []
     for step, rows in sorted(power.items(), key=lambda kv: _percent(kv[0])):
         detected = sum(r["forward_significant"] for r in rows)
-        changes = [r["forward_pp"] for r in rows if r["forward_pp"] is not None]
         curve.append({
             "prefill_heavy_percent": _percent(step), "pairs": len(rows),
             "detected": detected, "detected_share": round(detected / len(rows), 3),
-            "mean_forward_change_pp": round(sum(changes) / len(changes), 2) if changes else None,
+            "mean_forward_change_pp": _mean([r["forward_pp"] for r in rows]),
         })  # fmt: skip
     return {
         "alpha": ALPHA,
@@ -131,12 +130,10 @@ def _rate_cost(chunk: Chunk) -> Iterator[dict[str, Any]]:
     k = len(chunk.rates)
     for load, windows in (("mixed", chunk.mixed), (chunk.other, chunk.others)):
         ratios = [
-            hi.serving.requests_finished / hi.serving.window_s
-            / (lo.serving.requests_finished / lo.serving.window_s)
+            high / low
             for lo, hi in zip(windows[0::k], windows[k - 1 :: k], strict=False)
-            if lo.serving.requests_finished and hi.serving.requests_finished
-            and lo.serving.window_s and hi.serving.window_s
-        ]  # fmt: skip
+            if (low := _requests_per_s(lo)) and (high := _requests_per_s(hi))
+        ]
         if len(ratios) < 2:
             continue
         mean = statistics.fmean(ratios)
@@ -146,6 +143,11 @@ def _rate_cost(chunk: Chunk) -> Iterator[dict[str, Any]]:
             "requests_per_s_ratio": round(mean, 4),
             "interval_95": [round(mean - half, 4), round(mean + half, 4)],
         }  # fmt: skip
+
+
+def _requests_per_s(window: SnapshotSummary) -> float | None:
+    s = window.serving
+    return s.requests_finished / s.window_s if s.requests_finished and s.window_s else None
 
 
 def _rates(chunk: Chunk) -> Iterator[dict[str, Any]]:
